@@ -1,0 +1,71 @@
+# WeirMQ developer commands. Everything runs from a fresh clone with only python3 (>= 3.11):
+# `make venv` builds .venv and installs the project with its test extras into it.
+
+PYTHON ?= python3
+VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+# Reinstall when pyproject.toml is newer than this (dependencies or entry points changed).
+INSTALL_STAMP := $(VENV)/.installed-stamp
+# Debian packages the tests need (for example kcat); installed by `make system-deps`.
+DEB_PACKAGES ?=
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+# Directories ruff checks; bench/ may not exist in every checkout.
+LINT_DIRS := $(wildcard src tests bench)
+
+.PHONY: venv system-deps test check run bench-storage clean
+
+venv: $(INSTALL_STAMP)
+
+$(VENV_PYTHON):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "WeirMQ needs Python >= 3.11; $(PYTHON) is older (set PYTHON=...)" >&2; exit 1; }
+	@# Debian's python3 ships without ensurepip until python3-venv is installed.
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null \
+		|| $(MAKE) --no-print-directory system-deps DEB_PACKAGES=python3-venv
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
+
+$(INSTALL_STAMP): pyproject.toml | $(VENV_PYTHON)
+	$(VENV_PYTHON) -m pip install --quiet --progress-bar off -e '.[test]'
+	@touch $@
+
+# Installs only what is missing, and only where it can (root with apt-get); anywhere else
+# it says what is missing and carries on, so tests needing those tools will skip or fail.
+system-deps:
+	@missing=""; \
+	for pkg in $(DEB_PACKAGES); do \
+		dpkg -s "$$pkg" 2>/dev/null | grep -q '^Status: install ok installed' \
+			|| missing="$$missing $$pkg"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "system-deps: no apt-get here; install these yourself:$$missing" >&2; exit 0; \
+	fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "system-deps: not root; skipping install of:$$missing" >&2; exit 0; \
+	fi; \
+	echo "system-deps: installing$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing
+
+test: venv system-deps
+	$(VENV_PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+# Runs every checker, then fails if any of them failed.
+check: venv
+	@status=0; \
+	echo "== ruff check $(LINT_DIRS)"; $(VENV)/bin/ruff check $(LINT_DIRS) || status=1; \
+	echo "== mypy"; $(VENV)/bin/mypy || status=1; \
+	echo "== import rules"; $(VENV_PYTHON) -m pytest -q tests/test_import_rules.py || status=1; \
+	exit $$status
+
+run: venv
+	$(VENV)/bin/weirmq serve
+
+bench-storage: venv
+	$(VENV_PYTHON) -m bench.storage $(BENCH_ARGS)
+
+# Leaves weirmq-data/ and bench/results/ alone: those are data, not build output.
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

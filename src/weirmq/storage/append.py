@@ -1,0 +1,76 @@
+"""Turning a producer's record set into bytes ready to store: shared by every log.
+
+Validation happens before anything is written (all or nothing); then offsets and the
+leader epoch are patched into a private copy, and LogAppendTime logs get the broker's
+clock stamped in. The result says where each batch starts, which the file log needs for
+its sparse indexes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..wire.records import (
+    NO_TIMESTAMP,
+    RecordListTooLargeError,
+    patch_offset_and_epoch,
+    set_log_append_time,
+    validate_batches,
+)
+from .config import LogConfig, TimestampType
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """Where a batch sits in the prepared bytes, and what the indexes need of it."""
+
+    position: int
+    base_offset: int
+    last_offset: int
+    size: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    data: bytearray
+    batches: tuple[StoredBatch, ...]
+    log_append_time_ms: int
+
+    @property
+    def base_offset(self) -> int:
+        return self.batches[0].base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset
+
+
+def prepare_append(
+    records: bytes | bytearray | memoryview,
+    *,
+    next_offset: int,
+    leader_epoch: int,
+    config: LogConfig,
+    now_ms: int,
+) -> PreparedAppend:
+    """Validate and offset-stamp `records`; raises the Kafka error on bad input."""
+    headers = validate_batches(records, max_batch_bytes=config.max_message_bytes)
+    if len(records) > config.segment_bytes:
+        raise RecordListTooLargeError(
+            f"{len(records)} bytes of batches do not fit a segment of {config.segment_bytes}"
+        )
+    data = bytearray(records)
+    append_time = config.timestamp_type is TimestampType.LOG_APPEND_TIME
+    batches = []
+    offset = next_offset
+    for header in headers:
+        patch_offset_and_epoch(data, header.position, offset, leader_epoch)
+        max_ts = header.max_timestamp
+        if append_time:
+            set_log_append_time(data, header, now_ms)
+            max_ts = now_ms
+        last = offset + header.last_offset_delta
+        batches.append(StoredBatch(header.position, offset, last, header.size, max_ts))
+        offset = last + 1
+    return PreparedAppend(data, tuple(batches), now_ms if append_time else NO_TIMESTAMP)

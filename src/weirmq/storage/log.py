@@ -1,0 +1,458 @@
+"""A partition log on disk: a directory of segments, recovered on open.
+
+    topic-0/
+        00000000000000000000.log  .index  .timeindex    sealed
+        00000000000000052000.log  .index  .timeindex    sealed
+        00000000000000104000.log  .index  .timeindex    active: appends go here
+
+Appends are validated and offset-stamped (`prepare_append`), then written with one
+`pwrite` at the end of the active segment; the active segment rolls when the next write
+would pass `segment.bytes`, when it is older than `segment.ms` (by the broker's clock at
+its creation, not by producer timestamps, which can be anything), or when its 32-bit
+relative offsets would overflow.
+
+Durability. `flush` writes pending index entries, fsyncs every segment holding unsynced
+bytes (and the directory when segments were created), then advances `flushed_offset`,
+the recovery point. It is called by the group committer's thread while the event loop
+keeps appending: a per-log lock covers the bookkeeping, never the fsync itself.
+
+Recovery on open, given the recovery point from the data directory's checkpoint:
+- segments wholly below it are trusted, after an index sanity check (an index that is
+  missing, torn or disagrees with the log is rebuilt from the log);
+- the segment holding the recovery point and every later one are re-validated batch by
+  batch (framing, magic, CRC, contiguous offsets) and their indexes rebuilt.
+A bad batch at or above the recovery point in the last segment is a torn tail from a
+crash: the file is cut there. Anything else (bad data below the recovery point, a bad
+batch followed by more segments, a gap between segments) is corruption: the log goes
+offline and refuses reads and appends, so a client gets KAFKA_STORAGE_ERROR instead of
+wrong data. Reads re-check each batch's CRC and take the log offline the same way.
+After a clean shutdown (all flushed, indexes synced) nothing is re-validated.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from bisect import bisect_right
+from pathlib import Path
+
+from .append import prepare_append
+from .config import LogConfig
+from .errors import DiskFullError, LogOfflineError, OffsetOutOfRangeError, StorageError
+from .handles import HandleCache
+from .interface import AppendInfo, Clock, ReadResult, TimestampOffset
+from .policy import retention_breaches, should_roll
+from .segment import CorruptDataError, Segment
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+
+
+class FileLog:
+    """One partition's segmented log in `directory`. See the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        handles: HandleCache,
+        clock: Clock,
+        recovery_point: int = 0,
+        clean_shutdown: bool = False,
+        log_start_offset: int = 0,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._handles = handles
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._offline: str | None = None
+        self._dir_dirty = False
+        self._flushed = 0
+        self._log_start = 0
+        self._open(recovery_point, clean_shutdown, log_start_offset)
+
+    # --- state ------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def offline_reason(self) -> str | None:
+        return self._offline
+
+    @property
+    def needs_flush(self) -> bool:
+        return self._flushed < self.log_end_offset or self._dir_dirty
+
+    def _check_online(self) -> None:
+        if self._offline is not None:
+            raise LogOfflineError(
+                f"partition log {self.directory.name} is offline: {self._offline}"
+            )
+
+    def _go_offline(self, reason: str) -> None:
+        if self._offline is None:
+            log.error("partition log %s taken offline: %s", self.directory, reason)
+            self._offline = reason
+
+    def _new_segment(self, base_offset: int) -> Segment:
+        segment = Segment(
+            self.directory, base_offset, self._handles, self.config.index_interval_bytes
+        )
+        segment.created_ms = self._clock()
+        return segment
+
+    def _set_segments(self, segments: list[Segment]) -> None:
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    # --- appending --------------------------------------------------------------------
+
+    def append(
+        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0
+    ) -> AppendInfo:
+        self._check_online()
+        now = self._clock()
+        prepared = prepare_append(
+            records,
+            next_offset=self.log_end_offset,
+            leader_epoch=leader_epoch,
+            config=self.config,
+            now_ms=now,
+        )
+        segment = self._segments[-1]
+        if should_roll(
+            segment,
+            self.config,
+            add_bytes=len(prepared.data),
+            last_offset=prepared.last_offset,
+            now_ms=now,
+        ):
+            segment = self._roll()
+        try:
+            with self._lock:
+                segment.append(prepared.data, prepared.batches)
+        except OSError as exc:
+            if exc.errno == 28:  # ENOSPC
+                raise DiskFullError(f"disk full appending to {self.directory.name}") from exc
+            raise StorageError(f"I/O error appending to {self.directory.name}: {exc}") from exc
+        return AppendInfo(
+            prepared.base_offset, prepared.last_offset, prepared.log_append_time_ms, self._log_start
+        )
+
+    def _roll(self) -> Segment:
+        new = self._new_segment(self.log_end_offset)
+        new.create_file()
+        with self._lock:
+            self._segments[-1].seal()
+            self._set_segments([*self._segments, new])
+            self._dir_dirty = True
+        return new
+
+    def maybe_roll(self) -> bool:
+        active = self._segments[-1]
+        if self._offline or active.is_empty:
+            return False
+        if self._clock() - active.created_ms < self.config.segment_ms:
+            return False
+        self._roll()
+        return True
+
+    # --- reading ----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> ReadResult:
+        self._check_online()
+        start, end = self._log_start, self.log_end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{start}, {end}] of {self.directory.name}"
+            )
+        if offset == end:
+            return ReadResult(b"", start, end)
+        segment = self._segments[bisect_right(self._bases, offset) - 1]
+        try:
+            records = segment.read(offset, max_bytes)
+        except CorruptDataError as exc:
+            self._go_offline(str(exc))
+            raise LogOfflineError(str(exc)) from exc
+        except OSError as exc:
+            raise StorageError(f"I/O error reading {self.directory.name}: {exc}") from exc
+        return ReadResult(records, start, end)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
+        self._check_online()
+        for segment in self._segments:
+            if segment.next_offset <= self._log_start:
+                continue
+            try:
+                found = segment.find_timestamp(timestamp_ms, self._log_start)
+            except CorruptDataError as exc:
+                self._go_offline(str(exc))
+                raise LogOfflineError(str(exc)) from exc
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        self._check_online()
+        live = [s for s in self._segments if s.size and s.next_offset > self._log_start]
+        if not live:
+            return None
+        best = max(live, key=lambda s: (s.max_timestamp, -s.base_offset))
+        return best.find_timestamp(best.max_timestamp, self._log_start)
+
+    # --- truncation, retention --------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        self._check_online()
+        if offset >= self.log_end_offset:
+            return
+        offset = max(offset, self._log_start)
+        with self._lock:
+            keep = [s for s in self._segments if s.base_offset < offset]
+            drop = [s for s in self._segments if s.base_offset >= offset]
+            if not keep:
+                keep = [self._new_segment(offset)]
+                keep[0].create_file()
+            self._set_segments(keep)
+            keep[-1].truncate_to(offset)
+            keep[-1].sealed = False
+            self._flushed = min(self._flushed, self.log_end_offset)
+            self._log_start = min(self._log_start, self.log_end_offset)
+            self._dir_dirty = True
+        for segment in drop:
+            segment.delete_files()
+
+    def advance_log_start(self, offset: int) -> int:
+        self._check_online()
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records up to {offset}: the log ends at {self.log_end_offset}"
+            )
+        self._log_start = max(self._log_start, offset)
+        self._delete_below_start()
+        return self._log_start
+
+    def apply_retention(self) -> int:
+        if self._offline:
+            return 0
+        doomed = retention_breaches(self._segments, self.config, self._clock())
+        if not doomed:
+            return self._delete_below_start()
+        if doomed == len(self._segments):
+            self._roll()  # the active segment goes too: appends continue in a new one
+        with self._lock:
+            gone = self._segments[:doomed]
+            self._set_segments(self._segments[doomed:])
+            self._log_start = max(self._log_start, self._segments[0].base_offset)
+            self._dir_dirty = True
+        for segment in gone:
+            segment.delete_files()
+        return doomed + self._delete_below_start()
+
+    def _delete_below_start(self) -> int:
+        """Delete sealed segments holding only offsets below the log start (DeleteRecords)."""
+        gone = []
+        with self._lock:
+            while len(self._segments) > 1 and self._segments[0].next_offset <= self._log_start:
+                gone.append(self._segments[0])
+                self._set_segments(self._segments[1:])
+            if gone:
+                self._dir_dirty = True
+        for segment in gone:
+            segment.delete_files()
+        return len(gone)
+
+    # --- durability -------------------------------------------------------------------
+
+    def flush(self, *, sync_active_index: bool = False) -> int:
+        """fsync all appended data (see module docstring); returns the new recovery point.
+
+        Safe to call from one other thread while the owner thread appends and reads.
+        """
+        with self._lock:
+            if self._offline:
+                return self._flushed
+            target = self.log_end_offset
+            work = []
+            for segment in self._segments:
+                index_writes = segment.pending_index_bytes()
+                for path, position, data in index_writes:
+                    _pwrite_file(path, position, data)
+                segment.mark_index_persisted()
+                sync_indexes = (segment.sealed or sync_active_index) and not segment.indexes_synced
+                if segment.synced_size < segment.size or sync_indexes:
+                    work.append((segment, segment.size, sync_indexes))
+            sync_dir, self._dir_dirty = self._dir_dirty, False
+        try:
+            for segment, _size, sync_indexes in work:
+                _fsync_path(segment.log_path)
+                if sync_indexes:
+                    _fsync_path(segment.index_path)
+                    _fsync_path(segment.timeindex_path)
+            if sync_dir:
+                _fsync_path(str(self.directory))
+        except OSError as exc:
+            # After a failed fsync the page cache can no longer be trusted (PostgreSQL's
+            # "fsyncgate"): stop serving this partition rather than pretend.
+            self._go_offline(f"fsync failed: {exc}")
+            raise StorageError(f"fsync failed for {self.directory.name}: {exc}") from exc
+        with self._lock:
+            for segment, size, synced_indexes in work:
+                segment.synced_size = max(segment.synced_size, size)
+                segment.indexes_synced = segment.indexes_synced or synced_indexes
+            self._flushed = max(self._flushed, min(target, self.log_end_offset))
+        return self._flushed
+
+    def close(self) -> None:
+        """Flush everything, indexes included, and release file handles."""
+        if not self._offline:
+            self.flush(sync_active_index=True)
+        for segment in self._segments:
+            self._handles.forget(segment.log_path)
+
+    # --- opening ----------------------------------------------------------------------
+
+    def _open(self, recovery_point: int, clean_shutdown: bool, log_start_offset: int) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        bases = _segment_bases(self.directory)
+        if not bases:
+            segment = self._new_segment(log_start_offset)
+            segment.create_file()
+            self._set_segments([segment])
+            self._log_start = self._flushed = log_start_offset
+            self._dir_dirty = True
+            return
+        segments = [
+            Segment(self.directory, b, self._handles, self.config.index_interval_bytes)
+            for b in bases
+        ]
+        self._set_segments(segments)
+        if clean_shutdown:
+            first_to_recover = len(segments)
+        else:
+            first_to_recover = max(bisect_right(bases, recovery_point) - 1, 0)
+        problem = self._load(segments, first_to_recover, recovery_point)
+        if problem is not None:
+            self._go_offline(problem)
+        self._segments[-1].sealed = False
+        end = self.log_end_offset
+        self._log_start = min(max(log_start_offset, self._segments[0].base_offset), end)
+        self._flushed = end if clean_shutdown else max(min(recovery_point, end), self._log_start)
+
+    def _load(
+        self, segments: list[Segment], first_to_recover: int, recovery_point: int
+    ) -> str | None:
+        """Open every segment; returns why the log must go offline, or None."""
+        for i, segment in enumerate(segments):
+            segment.created_ms = int(os.stat(segment.log_path).st_mtime * 1000)
+            if i > 0 and segment.base_offset != segments[i - 1].next_offset:
+                return (
+                    f"gap: segment {segment.base_offset} follows one ending at "
+                    f"{segments[i - 1].next_offset}"
+                )
+            if i < first_to_recover:
+                problem = segment.load_sealed()
+                if problem is not None:
+                    return f"corrupt data below the recovery point in {segment.log_path}: {problem}"
+                continue
+            problem = segment.recover()
+            if i < len(segments) - 1:
+                segment.seal()
+            if problem is None:
+                continue
+            return self._torn_tail(segments, i, problem, recovery_point)
+        return None
+
+    def _torn_tail(
+        self, segments: list[Segment], i: int, problem: str, recovery_point: int
+    ) -> str | None:
+        """Cut a torn tail off segment `i`, or say why this is corruption instead."""
+        segment = segments[i]
+        where = f"{segment.log_path} at position {segment.size} (offset {segment.next_offset})"
+        if segment.next_offset < recovery_point:
+            return f"corrupt data below the recovery point {recovery_point}: {where}: {problem}"
+        later = segments[i + 1 :]
+        if any(os.path.getsize(s.log_path) for s in later):
+            return f"corrupt batch followed by more segments: {where}: {problem}"
+        file_size = os.path.getsize(segment.log_path)
+        log.warning(
+            "recovery: cutting a torn tail of %d bytes off %s (%s)",
+            file_size - segment.size,
+            where,
+            problem,
+        )
+        os.truncate(segment.log_path, segment.size)
+        for s in later:
+            s.delete_files()
+        self._set_segments(segments[: i + 1])
+        self._dir_dirty = True
+        return None
+
+
+def _segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the segments in `directory`, clearing leftovers of interrupted work."""
+    bases = []
+    logs = set()
+    for entry in os.scandir(directory):
+        stem, _, suffix = entry.name.partition(".")
+        if entry.name.endswith(".tmp"):
+            os.unlink(entry.path)
+        elif suffix == "log" and len(stem) == 20 and stem.isdigit():
+            bases.append(int(stem))
+            logs.add(stem)
+    for entry in os.scandir(directory):
+        stem, _, suffix = entry.name.partition(".")
+        if suffix in ("index", "timeindex") and stem not in logs:
+            os.unlink(entry.path)  # an index whose log is gone (deletion interrupted)
+    return sorted(bases)
+
+
+def _pwrite_file(path: str, position: int, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, position)
+            view, position = view[n:], position + n
+    finally:
+        os.close(fd)
+
+
+def _fsync_path(path: str) -> None:
+    """fsync through a fresh descriptor (any descriptor of a file syncs all its data)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # deleted meanwhile (retention): nothing left to make durable
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,218 @@
+"""All partition logs of one data directory: opening, recovery points, flushing, retention.
+
+    weirmq-data/
+        recovery-point-offset-checkpoint     topic partition offset: durable up to here
+        log-start-offset-checkpoint          topic partition offset: DeleteRecords' starts
+        .clean-shutdown                      present only after an orderly close
+        orders-0/  orders-1/  ...            one FileLog each
+
+On open, every partition directory is opened with its recovery point (0 if unknown, so
+everything is re-validated). The clean-shutdown marker is removed as soon as it is read:
+if we crash later, the next start must recover.
+
+One `HandleCache` is shared by every log, so open files are bounded by `handles_max`
+whatever the number of partitions. One `GroupCommitter` thread serves `sync` (acks=all)
+and, every `flush_interval_ms`, flushes logs with unflushed data and rewrites the
+recovery-point checkpoint when it changed.
+
+The owner (the broker's event loop thread) calls `housekeeping` periodically for
+retention and time-based rolls; those never run on the flusher thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import TopicPartition, fsync_directory, read_offsets, write_offsets
+from .config import LogConfig
+from .flusher import GroupCommitter
+from .handles import HandleCache
+from .interface import Clock
+from .log import FileLog
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+DELETED_SUFFIX = "-delete"
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSettings:
+    flush_interval_ms: int = 1000
+    """Flush logs with unflushed data at least this often (acks=0/1 durability bound)."""
+    handles_max: int = 256
+    """Open segment files kept at most, across all partitions."""
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class LogManager:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        clock: Clock,
+        settings: StorageSettings | None = None,
+        config_for: Callable[[str], LogConfig] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.settings = settings or StorageSettings()
+        self._clock = clock
+        self._config_for = config_for or (lambda _topic: LogConfig())
+        self.handles = HandleCache(self.settings.handles_max)
+        self._logs: dict[TopicPartition, FileLog] = {}
+        self._lock = threading.Lock()
+        self._checkpointed: dict[TopicPartition, int] = {}
+        self._closed = False
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._load()
+        self.committer = GroupCommitter(
+            interval_ms=self.settings.flush_interval_ms, periodic=self._periodic_flush
+        )
+
+    # --- partitions -------------------------------------------------------------------
+
+    def _load(self) -> None:
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = read_offsets(self.data_dir / RECOVERY_POINT_FILE)
+        log_starts = read_offsets(self.data_dir / LOG_START_FILE)
+        for entry in sorted(os.scandir(self.data_dir), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETED_SUFFIX):
+                shutil.rmtree(entry.path, ignore_errors=True)  # a deletion interrupted by a crash
+                continue
+            tp = parse_partition_dir(entry.name)
+            if tp is None:
+                continue
+            self._logs[tp] = FileLog(
+                Path(entry.path),
+                self._config_for(tp[0]),
+                handles=self.handles,
+                clock=self._clock,
+                recovery_point=recovery_points.get(tp, 0),
+                clean_shutdown=clean and tp in recovery_points,
+                log_start_offset=log_starts.get(tp, 0),
+            )
+        if clean:
+            marker.unlink()
+        self._checkpointed = {tp: lg.flushed_offset for tp, lg in self._logs.items()}
+        self.write_checkpoints()
+
+    def get(self, topic: str, partition: int) -> FileLog | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> dict[TopicPartition, FileLog]:
+        with self._lock:
+            return dict(self._logs)
+
+    def create(self, topic: str, partition: int, config: LogConfig | None = None) -> FileLog:
+        """The partition's log, created empty if it does not exist."""
+        tp = (topic, partition)
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        new = FileLog(
+            self.data_dir / f"{topic}-{partition}",
+            config or self._config_for(topic),
+            handles=self.handles,
+            clock=self._clock,
+        )
+        with self._lock:
+            self._logs[tp] = new
+        return new
+
+    def delete(self, topic: str, partition: int) -> None:
+        """Remove the partition and its files (renamed first, so a crash cannot half-delete)."""
+        with self._lock:
+            doomed = self._logs.pop((topic, partition), None)
+        if doomed is None:
+            return
+        for segment in doomed.segments:
+            self.handles.forget(segment.log_path)
+        trash = doomed.directory.with_name(
+            f"{doomed.directory.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}"
+        )
+        os.rename(doomed.directory, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    # --- durability -------------------------------------------------------------------
+
+    def sync(self, log_: FileLog, offset: int | None = None) -> Future[int]:
+        """Group commit: a future resolved once `log_` is durable up to `offset` (default:
+        everything appended so far)."""
+        return self.committer.request(log_, log_.log_end_offset if offset is None else offset)
+
+    def _periodic_flush(self) -> None:
+        try:
+            for log_ in self.logs().values():
+                if log_.needs_flush and log_.offline_reason is None:
+                    log_.flush()
+            self.write_checkpoints()
+        except Exception:  # keep the flusher alive; the failing log is already offline
+            log.exception("periodic flush failed")
+
+    def write_checkpoints(self) -> None:
+        """Write the recovery points (and log starts) if they moved since the last write."""
+        logs = self.logs()
+        points = {tp: lg.flushed_offset for tp, lg in logs.items()}
+        if points == self._checkpointed and (self.data_dir / RECOVERY_POINT_FILE).exists():
+            return
+        write_offsets(self.data_dir / RECOVERY_POINT_FILE, points)
+        write_offsets(
+            self.data_dir / LOG_START_FILE, {tp: lg.log_start_offset for tp, lg in logs.items()}
+        )
+        self._checkpointed = points
+
+    # --- housekeeping -----------------------------------------------------------------
+
+    def housekeeping(self) -> int:
+        """Time-based rolls and retention for every log; returns segments deleted."""
+        deleted = 0
+        for log_ in self.logs().values():
+            log_.maybe_roll()
+            deleted += log_.apply_retention()
+        if deleted:
+            write_offsets(
+                self.data_dir / LOG_START_FILE,
+                {tp: lg.log_start_offset for tp, lg in self.logs().items()},
+            )
+        return deleted
+
+    def close(self) -> None:
+        """Orderly shutdown: drain the flusher, flush everything, checkpoint, mark clean."""
+        if self._closed:
+            return
+        self._closed = True
+        self.committer.close()
+        clean = True
+        for log_ in self.logs().values():
+            try:
+                log_.close()
+            except OSError:
+                clean = False
+            clean = clean and log_.offline_reason is None
+        self._checkpointed = {}
+        self.write_checkpoints()
+        self.handles.close()
+        if clean:
+            (self.data_dir / CLEAN_SHUTDOWN_FILE).touch()
+            fsync_directory(self.data_dir)

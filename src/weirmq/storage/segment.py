@@ -1,0 +1,430 @@
+"""One log segment: a `.log` file of record batches plus its two sparse indexes.
+
+A segment is named by its base offset (`{base_offset:020d}.log`, `.index`, `.timeindex`)
+and holds a contiguous run of batches, stored byte for byte as the producer sent them
+with offsets assigned. Only the last segment of a log (the active one) is appended to;
+the others are sealed.
+
+What is kept in memory per segment is small: sizes, offsets, the largest timestamp and
+the two index arrays (one entry per `index.interval.bytes`). File descriptors come from
+the shared `HandleCache`, so a segment holds none of its own.
+
+Reading never parses records: the offset index gives a batch boundary at or before the
+target, a forward walk over batch headers finds the batch containing it, and whole
+batches are returned up to `max_bytes` (the first one always whole). Every batch served
+is CRC-checked first; a mismatch raises `CorruptDataError`, and the log takes the
+partition offline rather than serve it.
+
+Recovery (`recover`) re-reads the whole file, validating framing, magic, CRC and offset
+contiguity batch by batch, rebuilding both indexes, and stops at the first bad byte; the
+log decides whether that is a torn tail to cut off or corruption to stop for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ..wire.records import (
+    HEADER_BYTES,
+    MAGIC,
+    BatchHeader,
+    check_batch,
+    parse_header,
+    record_timestamps,
+)
+from .append import StoredBatch
+from .errors import StorageError
+from .handles import HandleCache
+from .index import OffsetIndex, TimeIndex
+from .interface import TimestampOffset
+from .policy import RELATIVE_OFFSET_MAX
+
+SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+class CorruptDataError(StorageError):
+    """A segment holds bytes that fail validation where valid data must be."""
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class Segment:
+    __slots__ = (
+        "_bytes_since_index",
+        "_handles",
+        "_index_interval_bytes",
+        "base_offset",
+        "created_ms",
+        "index",
+        "index_path",
+        "indexes_synced",
+        "log_path",
+        "max_timestamp",
+        "max_timestamp_offset",
+        "next_offset",
+        "sealed",
+        "size",
+        "synced_size",
+        "time_index",
+        "timeindex_path",
+    )
+
+    def __init__(
+        self, directory: Path, base_offset: int, handles: HandleCache, index_interval_bytes: int
+    ) -> None:
+        name = segment_name(base_offset)
+        self.base_offset = base_offset
+        self.log_path = str(directory / f"{name}.log")
+        self.index_path = str(directory / f"{name}.index")
+        self.timeindex_path = str(directory / f"{name}.timeindex")
+        self._handles = handles
+        self._index_interval_bytes = index_interval_bytes
+        self.created_ms = 0  # the broker's clock when created (or file mtime when loaded)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.size = 0
+        self.synced_size = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.max_timestamp_offset = self.base_offset
+        self.index = OffsetIndex()
+        self.time_index = TimeIndex()
+        self._bytes_since_index = 0
+        self.sealed = False
+        self.indexes_synced = False  # both index files complete and fsynced (sealed only)
+
+    def __repr__(self) -> str:
+        return f"Segment({self.base_offset}..{self.next_offset}, {self.size} B)"
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    # --- writing ----------------------------------------------------------------------
+
+    def create_file(self) -> None:
+        self._handles.get(self.log_path)
+
+    def append(self, data: bytes | bytearray | memoryview, batches: Sequence[StoredBatch]) -> None:
+        """Write prepared batches at the end; on failure the file is cut back, then raises."""
+        fd = self._handles.get(self.log_path)
+        start = self.size
+        try:
+            _write_all(fd, data, start)
+        except OSError:
+            # If even this fails, the size we track stays at `start`: the garbage is never read.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
+        for batch in batches:
+            self._track(
+                start + batch.position,
+                batch.base_offset,
+                batch.last_offset,
+                batch.size,
+                batch.max_timestamp,
+            )
+        self.size = start + len(data)
+
+    def _track(self, position: int, base: int, last: int, size: int, max_ts: int) -> None:
+        """Index bookkeeping for one batch now at `position`."""
+        if self._bytes_since_index >= self._index_interval_bytes and position > 0:
+            self.index.append(base - self.base_offset, position)
+            self.time_index.maybe_append(
+                self.max_timestamp, self.max_timestamp_offset - self.base_offset
+            )
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
+        if max_ts > self.max_timestamp:
+            self.max_timestamp = max_ts
+            self.max_timestamp_offset = base
+        self.next_offset = last + 1
+
+    def seal(self) -> None:
+        """No more appends; the time index gets a last entry naming the segment's maximum."""
+        self.sealed = True
+        if self.size:
+            self.time_index.maybe_append(
+                self.max_timestamp, self.max_timestamp_offset - self.base_offset
+            )
+
+    def pending_index_bytes(self) -> list[tuple[str, int, bytes]]:
+        """(path, file position, bytes) of index entries not yet written to the files."""
+        out = []
+        if len(self.index) > self.index.persisted:
+            out.append(
+                (self.index_path, self.index.persisted * 8, self.index.encode(self.index.persisted))
+            )
+        if len(self.time_index) > self.time_index.persisted:
+            out.append(
+                (
+                    self.timeindex_path,
+                    self.time_index.persisted * 12,
+                    self.time_index.encode(self.time_index.persisted),
+                )
+            )
+        return out
+
+    def mark_index_persisted(self) -> None:
+        self.index.persisted = len(self.index)
+        self.time_index.persisted = len(self.time_index)
+
+    def delete_files(self) -> None:
+        self._handles.forget(self.log_path)
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    # --- reading ----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> memoryview:
+        """Whole batches from the one containing `offset`, CRC-checked; empty if past the end."""
+        if offset >= self.next_offset:
+            return memoryview(b"")
+        fd = self._handles.get(self.log_path)
+        position = self.index.lookup(offset - self.base_offset)
+        end = self.size
+        want = min(end - position, max(max_bytes, HEADER_BYTES) + 2 * self._index_interval_bytes)
+        buf = _pread(fd, want, position, self.log_path)
+        # Walk the headers to the batch containing `offset`; skipped batches need no CRC.
+        p = 0
+        while True:
+            buf = _ensure(fd, buf, position, p + HEADER_BYTES, end, self.log_path)
+            header = _checked(buf, p, self.log_path, position, crc=False)
+            if header.last_offset >= offset:
+                break
+            p += header.size
+        first = p
+        buf = _ensure(fd, buf, position, p + header.size, end, self.log_path)
+        _checked(buf, p, self.log_path, position)
+        p += header.size
+        # Add whole batches while they fit in max_bytes and are already in the buffer.
+        while p + HEADER_BYTES <= len(buf):
+            header = _checked(buf, p, self.log_path, position, crc=False)
+            if p + header.size - first > max_bytes or p + header.size > len(buf):
+                break
+            _checked(buf, p, self.log_path, position)
+            p += header.size
+        return memoryview(buf)[first:p]
+
+    def batches_from(self, position: int) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+        """(position, header, bytes) of validated batches from `position` to the end."""
+        fd = self._handles.get(self.log_path)
+        for pos, checked, view in _scan(fd, position, self.size):
+            if isinstance(checked, str):
+                raise CorruptDataError(f"{self.log_path}: {checked}")
+            yield pos, checked, view
+
+    def find_timestamp(self, timestamp_ms: int, min_offset: int) -> TimestampOffset | None:
+        """The first record at or above `min_offset` with a timestamp >= `timestamp_ms`."""
+        if self.max_timestamp < timestamp_ms:
+            return None
+        relative = self.time_index.lookup_before(timestamp_ms)
+        position = self.index.lookup(relative)
+        for _pos, header, view in self.batches_from(position):
+            if header.max_timestamp < timestamp_ms or header.last_offset < min_offset:
+                continue
+            for offset, ts in record_timestamps(view):
+                if ts >= timestamp_ms and offset >= min_offset:
+                    return TimestampOffset(offset, ts)
+        return None
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the file before the batch containing `offset` (a batch is never split)."""
+        position = self.index.lookup(offset - self.base_offset)
+        cut = self.size
+        for pos, header, _view in self.batches_from(position):
+            if header.last_offset >= offset:
+                cut = pos
+                break
+        fd = self._handles.get(self.log_path)
+        os.ftruncate(fd, cut)
+        synced = min(self.synced_size, cut)
+        problem = self.recover()
+        assert problem is None, problem
+        self.synced_size = synced
+        # Index files may hold entries past the cut: rewrite them whole at the next flush.
+        for path in (self.index_path, self.timeindex_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.truncate(path, 0)
+        self.index.persisted = self.time_index.persisted = 0
+        self.indexes_synced = False
+
+    # --- opening and recovery ---------------------------------------------------------
+
+    def recover(self) -> str | None:
+        """Re-validate the whole file and rebuild both indexes.
+
+        Returns None when every byte is a valid batch, else what is wrong at `self.size`
+        (the end of the valid prefix, which is what the segment now describes).
+        """
+        self._reset()
+        fd = self._handles.get(self.log_path)
+        file_size = os.fstat(fd).st_size
+        for position, checked, _view in _scan(fd, 0, file_size):
+            if isinstance(checked, str):
+                return checked
+            if checked.base_offset != self.next_offset:
+                return (
+                    f"batch at position {position} has offset {checked.base_offset}, "
+                    f"expected {self.next_offset}"
+                )
+            if checked.last_offset - self.base_offset > RELATIVE_OFFSET_MAX:
+                return f"batch at position {position} overflows the segment's offset range"
+            self._track(
+                position,
+                checked.base_offset,
+                checked.last_offset,
+                checked.size,
+                checked.max_timestamp,
+            )
+            self.size = position + checked.size
+        return None
+
+    def load_sealed(self) -> str | None:
+        """Open a segment below the recovery point: trust its indexes if they pass a sanity
+        check (their last entries agree with the log), else rebuild them by `recover`."""
+        self._reset()
+        fd = self._handles.get(self.log_path)
+        file_size = os.fstat(fd).st_size
+        index = OffsetIndex.decode(_read_file(self.index_path))
+        time_index = TimeIndex.decode(_read_file(self.timeindex_path))
+        tail = None
+        if index is not None and time_index is not None and file_size > 0:
+            tail = self._scan_tail(fd, index, file_size)
+        if tail is None or time_index is None or not time_index.timestamps:
+            problem = self.recover()
+            self.seal()
+            return problem
+        assert index is not None
+        self.index, self.time_index = index, time_index
+        self.size = self.synced_size = file_size
+        self.next_offset = tail
+        self.max_timestamp = time_index.timestamps[-1]
+        self.max_timestamp_offset = self.base_offset + time_index.offsets[-1]
+        if self.max_timestamp_offset >= tail:
+            problem = self.recover()
+            self.seal()
+            return problem
+        self.sealed = self.indexes_synced = True
+        return None
+
+    def _scan_tail(self, fd: int, index: OffsetIndex, file_size: int) -> int | None:
+        """Next offset after walking the headers from the last index entry to the end of
+        the file, or None if anything there disagrees (then the caller rebuilds)."""
+        position = index.positions[-1] if len(index) else 0
+        expected = self.base_offset + index.offsets[-1] if len(index) else self.base_offset
+        if position >= file_size:
+            return None
+        for _pos, checked, _view in _scan(fd, position, file_size, crc=False):
+            if isinstance(checked, str) or checked.base_offset != expected:
+                return None
+            expected = checked.last_offset + 1
+        return expected
+
+
+# --- file helpers ---------------------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+def _pread(fd: int, size: int, position: int, path: str) -> bytes:
+    data = os.pread(fd, size, position)
+    if len(data) < size:
+        raise CorruptDataError(
+            f"{path}: file ends at {position + len(data)}, expected {position + size}"
+        )
+    return data
+
+
+def _ensure(fd: int, buf: bytes, base: int, needed: int, end: int, path: str) -> bytes:
+    """`buf` (file bytes from `base`) extended so that it holds at least `needed` bytes."""
+    if needed <= len(buf):
+        return buf
+    if base + needed > end:
+        raise CorruptDataError(f"{path}: a batch runs past the segment end at {end}")
+    return buf + _pread(fd, needed - len(buf), base + len(buf), path)
+
+
+def _checked(buf: bytes, p: int, path: str, base: int, crc: bool = True) -> BatchHeader:
+    """The header at `p`; with `crc`, the whole batch must be in `buf` and pass its CRC."""
+    checked = check_batch(buf, p, len(buf)) if crc else _header_only(buf, p, len(buf))
+    if isinstance(checked, str):
+        raise CorruptDataError(f"{path}: {checked} (file position {base + p})")
+    return checked
+
+
+def _scan(
+    fd: int, start: int, end: int, *, crc: bool = True
+) -> Iterator[tuple[int, BatchHeader | str, memoryview]]:
+    """Walk batches from `start` to `end`, reading in large chunks.
+
+    Yields (position, header, batch bytes) for each batch, or (position, problem, empty) for
+    the first invalid one, and then stops.
+    """
+    position = start
+    buf = b""
+    buf_start = start
+    while position < end:
+        rel = position - buf_start
+        if len(buf) - rel < HEADER_BYTES:
+            buf = os.pread(fd, min(SCAN_CHUNK_BYTES, end - position), position)
+            buf_start, rel = position, 0
+            if len(buf) < min(HEADER_BYTES, end - position):
+                yield (
+                    position,
+                    f"file shorter than expected at position {position}",
+                    memoryview(b""),
+                )
+                return
+        size = _declared_size(buf, rel)
+        if size is not None and len(buf) - rel < size and position + size <= end:
+            buf = os.pread(fd, max(size, min(SCAN_CHUNK_BYTES, end - position)), position)
+            buf_start, rel = position, 0
+        if crc:
+            checked: BatchHeader | str = check_batch(buf, rel, min(len(buf), end - buf_start))
+        else:
+            checked = _header_only(buf, rel, min(len(buf), end - buf_start))
+            if not isinstance(checked, str) and position + checked.size > end:
+                checked = f"batch at position {position} runs past the end at {end}"
+        if isinstance(checked, str):
+            yield position, checked, memoryview(b"")
+            return
+        yield position, checked, memoryview(buf)[rel : rel + checked.size]
+        position += checked.size
+
+
+def _declared_size(buf: bytes, rel: int) -> int | None:
+    if len(buf) - rel < 12:
+        return None
+    size = 12 + int.from_bytes(buf[rel + 8 : rel + 12], "big", signed=True)
+    return size if size >= HEADER_BYTES else None
+
+
+def _header_only(buf: bytes, rel: int, end: int) -> BatchHeader | str:
+    if end - rel < HEADER_BYTES:
+        return f"truncated batch header at {rel}"
+    header = parse_header(buf, rel)
+    if header.magic != MAGIC or header.size < HEADER_BYTES:
+        return f"bad batch header at {rel}"
+    return header
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return b"\x00"  # not a whole number of entries: decodes to None, forcing a rebuild
