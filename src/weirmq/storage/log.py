@@ -21,11 +21,12 @@ Recovery on open, given the recovery point from the data directory's checkpoint:
   missing, torn or disagrees with the log is rebuilt from the log);
 - the segment holding the recovery point and every later one are re-validated batch by
   batch (framing, magic, CRC, contiguous offsets) and their indexes rebuilt.
-A bad batch at or above the recovery point in the last segment is a torn tail from a
-crash: the file is cut there. Anything else (bad data below the recovery point, a bad
-batch followed by more segments, a gap between segments) is corruption: the log goes
-offline and refuses reads and appends, so a client gets KAFKA_STORAGE_ERROR instead of
-wrong data. Reads re-check each batch's CRC and take the log offline the same way.
+A bad batch at or above the recovery point is a torn tail from a crash (the page cache
+writes files back in any order, so several segments may have torn tails): the log is cut
+there and any later segments are deleted; nothing below the recovery point is touched.
+Bad data below the recovery point, or a gap between segments, is corruption: the log
+goes offline and refuses reads and appends, so a client gets KAFKA_STORAGE_ERROR instead
+of wrong data. Reads re-check each batch's CRC and take the log offline the same way.
 After a clean shutdown (all flushed, indexes synced) nothing is re-validated.
 """
 
@@ -374,10 +375,7 @@ class FileLog:
         for i, segment in enumerate(segments):
             segment.created_ms = int(os.stat(segment.log_path).st_mtime * 1000)
             if i > 0 and segment.base_offset != segments[i - 1].next_offset:
-                return (
-                    f"gap: segment {segment.base_offset} follows one ending at "
-                    f"{segments[i - 1].next_offset}"
-                )
+                return self._gap(segments, i, recovery_point)
             if i < first_to_recover:
                 problem = segment.load_sealed()
                 if problem is not None:
@@ -391,6 +389,24 @@ class FileLog:
             return self._torn_tail(segments, i, problem, recovery_point)
         return None
 
+    def _gap(self, segments: list[Segment], i: int, recovery_point: int) -> str | None:
+        """Segment `i` does not start where its predecessor ends. Above the recovery point
+        that is the predecessor's torn tail (files are written back in any order): drop
+        segment `i` and everything after it. Below, data is missing: corruption."""
+        end = segments[i - 1].next_offset
+        if end < recovery_point:
+            return f"gap: segment {segments[i].base_offset} follows one ending at {end}"
+        log.warning(
+            "recovery: dropping segments from %d on after a torn tail at %d",
+            segments[i].base_offset,
+            end,
+        )
+        for s in segments[i:]:
+            s.delete_files()
+        self._set_segments(segments[:i])
+        self._dir_dirty = True
+        return None
+
     def _torn_tail(
         self, segments: list[Segment], i: int, problem: str, recovery_point: int
     ) -> str | None:
@@ -400,8 +416,6 @@ class FileLog:
         if segment.next_offset < recovery_point:
             return f"corrupt data below the recovery point {recovery_point}: {where}: {problem}"
         later = segments[i + 1 :]
-        if any(os.path.getsize(s.log_path) for s in later):
-            return f"corrupt batch followed by more segments: {where}: {problem}"
         file_size = os.path.getsize(segment.log_path)
         log.warning(
             "recovery: cutting a torn tail of %d bytes off %s (%s)",

@@ -200,16 +200,29 @@ class Segment:
             if header.last_offset >= offset:
                 break
             p += header.size
+        # baseOffset is outside the CRC: check it against what the offsets must be.
+        if header.base_offset > offset or header.base_offset < self.base_offset:
+            raise CorruptDataError(
+                f"{self.log_path}: batch at {position + p} has base offset "
+                f"{header.base_offset}, which cannot contain offset {offset}"
+            )
         first = p
         buf = _ensure(fd, buf, position, p + header.size, end, self.log_path)
         _checked(buf, p, self.log_path, position)
         p += header.size
+        expected = header.last_offset + 1
         # Add whole batches while they fit in max_bytes and are already in the buffer.
         while p + HEADER_BYTES <= len(buf):
             header = _checked(buf, p, self.log_path, position, crc=False)
             if p + header.size - first > max_bytes or p + header.size > len(buf):
                 break
             _checked(buf, p, self.log_path, position)
+            if header.base_offset != expected:
+                raise CorruptDataError(
+                    f"{self.log_path}: batch at {position + p} has base offset "
+                    f"{header.base_offset}, expected {expected}"
+                )
+            expected = header.last_offset + 1
             p += header.size
         return memoryview(buf)[first:p]
 
