@@ -177,7 +177,7 @@ def test_retention_by_time_deletes_whole_old_segments(
     make_log: LogFactory, clock: ManualClock
 ) -> None:
     log = make_log(LogConfig(segment_bytes=1024, retention_ms=10_000))
-    for i in range(12):  # four segments of three batches, one second apart
+    for _ in range(12):  # four segments of three batches, one second apart
         log.append(make_batch(1, size=250, ts=clock.now_ms))
         clock.advance(1000)
     assert log.segment_count == 4
