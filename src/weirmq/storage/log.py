@@ -232,6 +232,8 @@ class FileLog:
     # --- truncation, retention --------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
+        """Remove offsets >= `offset`. The owner must rewrite the recovery-point checkpoint
+        before the next crash could happen, or the next open finds data missing below it."""
         self._check_online()
         if offset >= self.log_end_offset:
             return
@@ -361,6 +363,11 @@ class FileLog:
         else:
             first_to_recover = max(bisect_right(bases, recovery_point) - 1, 0)
         problem = self._load(segments, first_to_recover, recovery_point)
+        if problem is None and self._segments[-1].next_offset < recovery_point:
+            problem = (
+                f"the log ends at {self._segments[-1].next_offset}, below its recovery point "
+                f"{recovery_point}: flushed data is missing"
+            )
         if problem is not None:
             self._go_offline(problem)
         self._segments[-1].sealed = False
