@@ -305,6 +305,8 @@ class FileLog:
                 return self._flushed
             target = self.log_end_offset
             work = []
+            if sync_active_index:
+                self._segments[-1].complete_time_index()
             for segment in self._segments:
                 index_writes = segment.pending_index_bytes()
                 for path, position, data in index_writes:

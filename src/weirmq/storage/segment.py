@@ -149,6 +149,11 @@ class Segment:
     def seal(self) -> None:
         """No more appends; the time index gets a last entry naming the segment's maximum."""
         self.sealed = True
+        self.complete_time_index()
+
+    def complete_time_index(self) -> None:
+        """Make the time index's last entry the segment's maximum (a clean open reads the
+        maximum from there)."""
         if self.size:
             self.time_index.maybe_append(
                 self.max_timestamp, self.max_timestamp_offset - self.base_offset

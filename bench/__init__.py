@@ -1,0 +1,1 @@
+"""Benchmarks: programs that print numbers, not tests (see bench/storage.py)."""

@@ -1,0 +1,171 @@
+"""What only the file log has: files, indexes, descriptors, recovery, I/O errors."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from weirmq.storage.config import LogConfig
+from weirmq.storage.errors import DiskFullError, LogOfflineError
+from weirmq.storage.handles import HandleCache
+from weirmq.storage.index import OffsetIndex, TimeIndex
+from weirmq.storage.log import FileLog
+from weirmq.testing import ManualClock
+from weirmq.testing.records import make_batch, read_all
+from weirmq.wire.errors import ErrorCode
+from weirmq.wire.records import parse_header
+
+CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
+
+
+def _open(path: Path, handles: HandleCache, clock: ManualClock, **kwargs: object) -> FileLog:
+    return FileLog(path, CONFIG, handles=handles, clock=clock, **kwargs)  # type: ignore[arg-type]
+
+
+def test_segment_files_are_named_by_base_offset(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock
+) -> None:
+    log = _open(tmp_path / "t-0", handles, clock)
+    for _ in range(40):
+        log.append(make_batch(3, size=100))
+    log.close()
+    logs = sorted(p.name for p in (tmp_path / "t-0").glob("*.log"))
+    assert len(logs) == log.segment_count > 1
+    assert logs[0] == "00000000000000000000.log"
+    assert [int(name[:20]) for name in logs] == [s.base_offset for s in log.segments]
+    for segment in log.segments:
+        assert os.path.getsize(segment.log_path) == segment.size
+        first = Path(segment.log_path).read_bytes()[:61]
+        assert parse_header(first).base_offset == segment.base_offset
+
+
+def test_index_files_match_the_log(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock
+) -> None:
+    log = _open(tmp_path / "t-0", handles, clock)
+    for i in range(40):
+        log.append(make_batch(2, size=90, ts=1000 * i))
+    log.close()
+    for segment in log.segments:
+        index = OffsetIndex.decode(Path(segment.index_path).read_bytes())
+        times = TimeIndex.decode(Path(segment.timeindex_path).read_bytes())
+        assert index is not None and len(index) > 0
+        assert times is not None and times.timestamps[-1] == segment.max_timestamp
+        with open(segment.log_path, "rb") as f:
+            for relative, position in zip(index.offsets, index.positions, strict=True):
+                f.seek(position)  # every entry points at the batch it names
+                assert parse_header(f.read(61)).base_offset == segment.base_offset + relative
+        gaps = [b - a for a, b in zip(index.positions, index.positions[1:], strict=False)]
+        assert all(g >= CONFIG.index_interval_bytes for g in gaps)  # sparse
+
+
+def test_clean_reopen_needs_no_revalidation(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _open(tmp_path / "t-0", handles, clock)
+    for _ in range(40):
+        log.append(make_batch(3, size=100))
+    log.close()
+    expected = read_all(log)
+    from weirmq.storage import segment as segment_module
+
+    def no_recovery(self: object) -> str | None:
+        raise AssertionError("a clean open must not re-validate")
+
+    monkeypatch.setattr(segment_module.Segment, "recover", no_recovery)
+    again = _open(
+        tmp_path / "t-0", handles, clock, recovery_point=log.log_end_offset, clean_shutdown=True
+    )
+    assert read_all(again) == expected
+    assert again.append(make_batch()).base_offset == 120
+
+
+def test_a_crash_revalidates_only_from_the_recovery_point(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _open(tmp_path / "t-0", handles, clock)
+    for _ in range(60):
+        log.append(make_batch(3, size=100))
+    point = log.flush()
+    handles.close()
+    from weirmq.storage import segment as segment_module
+
+    recovered: list[int] = []
+    real = segment_module.Segment.recover
+
+    def spy(self: segment_module.Segment) -> str | None:
+        recovered.append(self.base_offset)
+        return real(self)
+
+    monkeypatch.setattr(segment_module.Segment, "recover", spy)
+    again = _open(tmp_path / "t-0", handles, clock, recovery_point=point)
+    assert recovered == [log.segments[-1].base_offset]
+    assert again.log_end_offset == 180
+
+
+def test_corruption_in_the_middle_takes_the_partition_offline(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock
+) -> None:
+    log = _open(tmp_path / "t-0", handles, clock)
+    for _ in range(60):
+        log.append(make_batch(3, size=100))
+    point = log.flush()
+    handles.close()
+    middle = log.segments[1]
+    with open(middle.log_path, "r+b") as f:  # one flipped bit in a record of a sealed segment
+        f.seek(middle.size // 2)
+        byte = f.read(1)
+        f.seek(middle.size // 2)
+        f.write(bytes([byte[0] ^ 0x10]))
+    again = _open(tmp_path / "t-0", handles, clock, recovery_point=point)
+    assert again.read(0, 100).records  # the first segment is fine
+    with pytest.raises(LogOfflineError) as info:
+        read_all(again)
+    assert info.value.code == ErrorCode.kafka_storage_error
+    assert again.offline_reason is not None and middle.log_path in again.offline_reason
+    with pytest.raises(LogOfflineError):
+        again.append(make_batch())
+    with pytest.raises(LogOfflineError):
+        again.read(0, 100)  # once offline, nothing is served
+
+
+def test_disk_full_writes_nothing_and_the_log_carries_on(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _open(tmp_path / "t-0", handles, clock)
+    log.append(make_batch(2))
+    real_pwrite = os.pwrite
+
+    def half_then_enospc(fd: int, data: memoryview, position: int) -> int:
+        if len(data) > 50:
+            real_pwrite(fd, data[:50], position)  # a partial write reaches the file...
+            return 50
+        raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
+
+    monkeypatch.setattr(os, "pwrite", half_then_enospc)
+    with pytest.raises(DiskFullError) as info:
+        log.append(make_batch(3))
+    assert info.value.code == ErrorCode.kafka_storage_error
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    assert log.log_end_offset == 2
+    assert os.path.getsize(log.segments[-1].log_path) == log.segments[-1].size
+    assert log.append(make_batch(1)).base_offset == 2
+    assert len(read_all(log)) == 2
+
+
+def test_ten_thousand_partitions_stay_within_the_descriptor_bound(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    handles = HandleCache(max_open=32)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    logs = [_open(tmp_path / f"t-{i}", handles, clock) for i in range(10_000)]
+    for log in logs:
+        log.append(make_batch(1))
+    for log in logs[::7]:
+        assert len(read_all(log)) == 1
+    assert len(handles) <= 32
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 32
+    handles.close()
