@@ -313,6 +313,9 @@ class FileLog:
                     _pwrite_file(path, position, data)
                 segment.mark_index_persisted()
                 sync_indexes = (segment.sealed or sync_active_index) and not segment.indexes_synced
+                if sync_indexes:  # an index with no entries is still a file: "empty", not "lost"
+                    _pwrite_file(segment.index_path, 0, b"")
+                    _pwrite_file(segment.timeindex_path, 0, b"")
                 if segment.synced_size < segment.size or sync_indexes:
                     work.append((segment, segment.size, sync_indexes))
             sync_dir, self._dir_dirty = self._dir_dirty, False

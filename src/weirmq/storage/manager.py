@@ -79,7 +79,7 @@ class LogManager:
         self.handles = HandleCache(self.settings.handles_max)
         self._logs: dict[TopicPartition, FileLog] = {}
         self._lock = threading.Lock()
-        self._checkpointed: dict[TopicPartition, int] = {}
+        self._checkpointed: tuple[dict[TopicPartition, int], ...] = ()
         self._closed = False
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -114,7 +114,6 @@ class LogManager:
             )
         if clean:
             marker.unlink()
-        self._checkpointed = {tp: lg.flushed_offset for tp, lg in self._logs.items()}
         self.write_checkpoints()
 
     def get(self, topic: str, partition: int) -> FileLog | None:
@@ -171,16 +170,18 @@ class LogManager:
             log.exception("periodic flush failed")
 
     def write_checkpoints(self) -> None:
-        """Write the recovery points (and log starts) if they moved since the last write."""
+        """Write the recovery points and log start offsets, if either moved since the last
+        write. Runs on the flusher thread (periodically) and on close."""
         logs = self.logs()
-        points = {tp: lg.flushed_offset for tp, lg in logs.items()}
-        if points == self._checkpointed and (self.data_dir / RECOVERY_POINT_FILE).exists():
-            return
-        write_offsets(self.data_dir / RECOVERY_POINT_FILE, points)
-        write_offsets(
-            self.data_dir / LOG_START_FILE, {tp: lg.log_start_offset for tp, lg in logs.items()}
+        state = (
+            {tp: lg.flushed_offset for tp, lg in logs.items()},
+            {tp: lg.log_start_offset for tp, lg in logs.items()},
         )
-        self._checkpointed = points
+        if state == self._checkpointed:
+            return
+        write_offsets(self.data_dir / RECOVERY_POINT_FILE, state[0])
+        write_offsets(self.data_dir / LOG_START_FILE, state[1])
+        self._checkpointed = state
 
     # --- housekeeping -----------------------------------------------------------------
 
@@ -190,11 +191,6 @@ class LogManager:
         for log_ in self.logs().values():
             log_.maybe_roll()
             deleted += log_.apply_retention()
-        if deleted:
-            write_offsets(
-                self.data_dir / LOG_START_FILE,
-                {tp: lg.log_start_offset for tp, lg in self.logs().items()},
-            )
         return deleted
 
     def close(self) -> None:
@@ -210,7 +206,7 @@ class LogManager:
             except OSError:
                 clean = False
             clean = clean and log_.offline_reason is None
-        self._checkpointed = {}
+        self._checkpointed = ()
         self.write_checkpoints()
         self.handles.close()
         if clean:

@@ -1,0 +1,223 @@
+"""The data directory: group commit, periodic flush, checkpoints, clean and unclean restarts."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import wait
+from pathlib import Path
+
+import pytest
+
+from weirmq.storage import segment as segment_module
+from weirmq.storage.checkpoint import read_offsets, write_offsets
+from weirmq.storage.config import LogConfig
+from weirmq.storage.manager import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_FILE,
+    RECOVERY_POINT_FILE,
+    LogManager,
+    StorageSettings,
+)
+from weirmq.testing import ManualClock
+from weirmq.testing.records import make_batch, read_all
+
+SLOW_FLUSH = StorageSettings(flush_interval_ms=3_600_000)  # only explicit syncs flush
+
+
+def _spy_recovery(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    recovered: list[str] = []
+    real = segment_module.Segment.recover
+
+    def spy(self: segment_module.Segment) -> str | None:
+        recovered.append(self.log_path)
+        return real(self)
+
+    monkeypatch.setattr(segment_module.Segment, "recover", spy)
+    return recovered
+
+
+def test_sync_resolves_once_durable(tmp_path: Path, clock: ManualClock) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    log = manager.create("orders", 0)
+    log.append(make_batch(3))
+    assert log.flushed_offset == 0
+    assert manager.sync(log).result(timeout=10) == 3
+    assert log.flushed_offset == 3
+    assert manager.sync(log).done()  # nothing new to flush: answered at once
+    manager.close()
+
+
+def test_one_fsync_round_covers_many_waiting_requests(tmp_path: Path, clock: ManualClock) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    logs = [manager.create("t", p) for p in range(4)]
+    futures = []
+    for i in range(400):  # appends keep arriving while the flusher is busy fsyncing
+        log = logs[i % 4]
+        log.append(make_batch(1, size=200))
+        futures.append((manager.sync(log), log.log_end_offset))
+    done, _ = wait([f for f, _ in futures], timeout=30)
+    assert len(done) == 400
+    for future, end in futures:
+        assert future.result() >= end
+    assert manager.committer.rounds < 400
+    manager.close()
+
+
+def test_sync_from_many_threads(tmp_path: Path, clock: ManualClock) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    log = manager.create("t", 0)
+    log.append(make_batch(1))
+    results: list[int] = []
+
+    def waiter() -> None:
+        results.append(manager.sync(log, 1).result(timeout=10))
+
+    threads = [threading.Thread(target=waiter) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [1] * 16
+    manager.close()
+
+
+def test_the_flush_interval_flushes_without_being_asked(tmp_path: Path, clock: ManualClock) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=StorageSettings(flush_interval_ms=20))
+    log = manager.create("t", 0)
+    log.append(make_batch(5))
+    deadline = time.monotonic() + 10  # a bound on waiting, not a timing assertion
+    while log.flushed_offset < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert log.flushed_offset == 5
+    while read_offsets(tmp_path / RECOVERY_POINT_FILE).get(("t", 0)) != 5:
+        assert time.monotonic() < deadline, "the recovery point was never checkpointed"
+        time.sleep(0.01)
+    manager.close()
+
+
+def test_clean_restart_trusts_the_files(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    for p in range(3):
+        log = manager.create("orders", p)
+        for _ in range(p + 1):
+            log.append(make_batch(2))
+    expected = {tp: read_all(lg) for tp, lg in manager.logs().items()}
+    manager.close()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_offsets(tmp_path / RECOVERY_POINT_FILE) == {
+        ("orders", 0): 2,
+        ("orders", 1): 4,
+        ("orders", 2): 6,
+    }
+    recovered = _spy_recovery(monkeypatch)
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    assert recovered == []
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # a crash from here must recover
+    assert {tp: read_all(lg) for tp, lg in again.logs().items()} == expected
+    again.close()
+
+
+def test_restart_after_a_crash_recovers_from_the_checkpoint(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    log = manager.create("t", 0, LogConfig(segment_bytes=1024))
+    for _ in range(30):
+        log.append(make_batch(1, size=100))
+    manager.sync(log).result(timeout=10)
+    manager.write_checkpoints()
+    log.append(make_batch(1, size=100))  # not flushed, and torn by the crash
+    manager.committer.close()
+    manager.handles.close()  # the crash: no close(), no marker
+    last = log.segments[-1].log_path
+    os.truncate(last, os.path.getsize(last) - 7)
+    recovered = _spy_recovery(monkeypatch)
+    again = LogManager(
+        tmp_path,
+        clock=clock,
+        settings=SLOW_FLUSH,
+        config_for=lambda _: LogConfig(segment_bytes=1024),
+    )
+    revived = again.get("t", 0)
+    assert revived is not None and revived.offline_reason is None
+    assert revived.log_end_offset == 30
+    # Re-validated: the segment holding the recovery point, and the one before it, whose
+    # index was still in memory (never written) when the crash came. Nothing older.
+    assert recovered == [log.segments[-2].log_path, last]
+    again.close()
+
+
+def test_a_malformed_checkpoint_means_recovering_everything(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    manager.create("t", 0).append(make_batch(4))
+    manager.close()
+    (tmp_path / RECOVERY_POINT_FILE).write_text("0\n7\nt 0 4\n")  # count does not match
+    recovered = _spy_recovery(monkeypatch)
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    assert len(recovered) == 1
+    log = again.get("t", 0)
+    assert log is not None and log.log_end_offset == 4
+    again.close()
+
+
+def test_deleted_records_stay_deleted_after_a_restart(tmp_path: Path, clock: ManualClock) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    log = manager.create("t", 0)
+    for _ in range(5):
+        log.append(make_batch(2))
+    log.advance_log_start(7)
+    manager.close()
+    assert read_offsets(tmp_path / LOG_START_FILE) == {("t", 0): 7}
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    revived = again.get("t", 0)
+    assert revived is not None and revived.log_start_offset == 7
+    again.close()
+
+
+def test_delete_partition_and_leftovers(tmp_path: Path, clock: ManualClock) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    manager.create("a", 0).append(make_batch())
+    manager.create("b", 0).append(make_batch())
+    manager.delete("a", 0)
+    assert manager.get("a", 0) is None
+    assert not (tmp_path / "a-0").exists()
+    manager.close()
+    (tmp_path / "b-0.0123-delete").mkdir()  # a deletion a crash interrupted
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    assert sorted(again.logs()) == [("b", 0)]
+    assert not (tmp_path / "b-0.0123-delete").exists()
+    again.close()
+
+
+def test_housekeeping_applies_each_topics_retention(tmp_path: Path, clock: ManualClock) -> None:
+    configs = {
+        "short": LogConfig(segment_bytes=1024, retention_ms=1000),
+        "long": LogConfig(segment_bytes=1024),
+    }
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH, config_for=configs.__getitem__)
+    for topic in configs:
+        log = manager.create(topic, 0)
+        for _ in range(12):
+            log.append(make_batch(1, size=200, ts=clock.now_ms))
+    clock.advance(5000)
+    assert manager.housekeeping() > 0
+    short, long_ = manager.get("short", 0), manager.get("long", 0)
+    assert short is not None and long_ is not None
+    assert short.log_start_offset == short.log_end_offset == 12
+    assert long_.log_start_offset == 0
+    manager.close()
+    assert read_offsets(tmp_path / LOG_START_FILE)[("short", 0)] == 12
+
+
+def test_checkpoint_files_are_replaced_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "cp"
+    write_offsets(path, {("a", 0): 1})
+    write_offsets(path, {("a", 0): 2, ("b-x", 3): 4})
+    assert read_offsets(path) == {("a", 0): 2, ("b-x", 3): 4}
+    assert sorted(os.listdir(tmp_path)) == ["cp"]  # no temp file left behind
