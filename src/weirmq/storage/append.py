@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ..wire.records import (
     NO_TIMESTAMP,
     RecordListTooLargeError,
-    patch_offset_and_epoch,
+    patch_header,
     set_log_append_time,
     validate_batches,
 )
@@ -68,7 +68,7 @@ def prepare_append(
     batches = []
     offset = next_offset
     for header in headers:
-        patch_offset_and_epoch(data, header.position, offset, leader_epoch)
+        patch_header(data, header, offset, leader_epoch)
         max_ts = header.max_timestamp
         if append_time:
             set_log_append_time(data, header, now_ms)
