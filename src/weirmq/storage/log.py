@@ -301,8 +301,7 @@ class FileLog:
         Safe to call from one other thread while the owner thread appends and reads.
         """
         with self._lock:
-            if self._offline:
-                return self._flushed
+            self._check_online()
             target = self.log_end_offset
             work = []
             if sync_active_index:

@@ -153,9 +153,7 @@ def crc_ok(buf: bytes | bytearray | memoryview, position: int, size: int) -> boo
     return bool(stored == crc32c(view[position + CRC_START : position + size]))
 
 
-def check_batch(
-    buf: bytes | bytearray | memoryview, position: int, end: int
-) -> BatchHeader | str:
+def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int) -> BatchHeader | str:
     """Validate the framing, magic and CRC of the batch at `position` (buffer ends at `end`).
 
     Returns the header, or a sentence saying what is wrong. Recovery uses this form: a
