@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from weirmq.storage import segment as segment_module
 from weirmq.storage.config import LogConfig
 from weirmq.storage.handles import HandleCache
 from weirmq.storage.interface import PartitionLog
@@ -27,6 +28,20 @@ def handles() -> Iterator[HandleCache]:
     cache = HandleCache(max_open=8)
     yield cache
     cache.close()
+
+
+@pytest.fixture
+def recovered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The log paths of the segments re-validated (`Segment.recover`) during the test."""
+    paths: list[str] = []
+    real = segment_module.Segment.recover
+
+    def spy(self: segment_module.Segment) -> str | None:
+        paths.append(self.log_path)
+        return real(self)
+
+    monkeypatch.setattr(segment_module.Segment, "recover", spy)
+    return paths
 
 
 @pytest.fixture(params=["memory", "file"])

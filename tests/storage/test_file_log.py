@@ -84,25 +84,16 @@ def test_clean_reopen_needs_no_revalidation(
 
 
 def test_a_crash_revalidates_only_from_the_recovery_point(
-    tmp_path: Path, handles: HandleCache, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, handles: HandleCache, clock: ManualClock, recovered: list[str]
 ) -> None:
     log = _open(tmp_path / "t-0", handles, clock)
     for _ in range(60):
         log.append(make_batch(3, size=100))
     point = log.flush()
     handles.close()
-    from weirmq.storage import segment as segment_module
-
-    recovered: list[int] = []
-    real = segment_module.Segment.recover
-
-    def spy(self: segment_module.Segment) -> str | None:
-        recovered.append(self.base_offset)
-        return real(self)
-
-    monkeypatch.setattr(segment_module.Segment, "recover", spy)
+    recovered.clear()
     again = _open(tmp_path / "t-0", handles, clock, recovery_point=point)
-    assert recovered == [log.segments[-1].base_offset]
+    assert recovered == [log.segments[-1].log_path]
     assert again.log_end_offset == 180
 
 

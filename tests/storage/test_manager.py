@@ -8,9 +8,6 @@ import time
 from concurrent.futures import wait
 from pathlib import Path
 
-import pytest
-
-from weirmq.storage import segment as segment_module
 from weirmq.storage.checkpoint import read_offsets, write_offsets
 from weirmq.storage.config import LogConfig
 from weirmq.storage.manager import (
@@ -24,18 +21,6 @@ from weirmq.testing import ManualClock
 from weirmq.testing.records import make_batch, read_all
 
 SLOW_FLUSH = StorageSettings(flush_interval_ms=3_600_000)  # only explicit syncs flush
-
-
-def _spy_recovery(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    recovered: list[str] = []
-    real = segment_module.Segment.recover
-
-    def spy(self: segment_module.Segment) -> str | None:
-        recovered.append(self.log_path)
-        return real(self)
-
-    monkeypatch.setattr(segment_module.Segment, "recover", spy)
-    return recovered
 
 
 def test_sync_resolves_once_durable(tmp_path: Path, clock: ManualClock) -> None:
@@ -98,7 +83,7 @@ def test_the_flush_interval_flushes_without_being_asked(tmp_path: Path, clock: M
 
 
 def test_clean_restart_trusts_the_files(
-    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: ManualClock, recovered: list[str]
 ) -> None:
     manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
     for p in range(3):
@@ -113,7 +98,7 @@ def test_clean_restart_trusts_the_files(
         ("orders", 1): 4,
         ("orders", 2): 6,
     }
-    recovered = _spy_recovery(monkeypatch)
+    recovered.clear()
     again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
     assert recovered == []
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # a crash from here must recover
@@ -122,7 +107,7 @@ def test_clean_restart_trusts_the_files(
 
 
 def test_restart_after_a_crash_recovers_from_the_checkpoint(
-    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: ManualClock, recovered: list[str]
 ) -> None:
     manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
     log = manager.create("t", 0, LogConfig(segment_bytes=1024))
@@ -135,7 +120,7 @@ def test_restart_after_a_crash_recovers_from_the_checkpoint(
     manager.handles.close()  # the crash: no close(), no marker
     last = log.segments[-1].log_path
     os.truncate(last, os.path.getsize(last) - 7)
-    recovered = _spy_recovery(monkeypatch)
+    recovered.clear()
     again = LogManager(
         tmp_path,
         clock=clock,
@@ -152,13 +137,13 @@ def test_restart_after_a_crash_recovers_from_the_checkpoint(
 
 
 def test_a_malformed_checkpoint_means_recovering_everything(
-    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: ManualClock, recovered: list[str]
 ) -> None:
     manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
     manager.create("t", 0).append(make_batch(4))
     manager.close()
     (tmp_path / RECOVERY_POINT_FILE).write_text("0\n7\nt 0 4\n")  # count does not match
-    recovered = _spy_recovery(monkeypatch)
+    recovered.clear()
     again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
     assert len(recovered) == 1
     log = again.get("t", 0)
