@@ -25,12 +25,18 @@ def _open(path: Path, handles: HandleCache, clock: ManualClock, **kwargs: object
     return FileLog(path, CONFIG, handles=handles, clock=clock, **kwargs)  # type: ignore[arg-type]
 
 
+def _filled(path: Path, handles: HandleCache, clock: ManualClock, batches: int) -> FileLog:
+    """A log of `batches` batches of three 100-byte records: several segments."""
+    log = _open(path, handles, clock)
+    for _ in range(batches):
+        log.append(make_batch(3, size=100))
+    return log
+
+
 def test_segment_files_are_named_by_base_offset(
     tmp_path: Path, handles: HandleCache, clock: ManualClock
 ) -> None:
-    log = _open(tmp_path / "t-0", handles, clock)
-    for _ in range(40):
-        log.append(make_batch(3, size=100))
+    log = _filled(tmp_path / "t-0", handles, clock, 40)
     log.close()
     logs = sorted(p.name for p in (tmp_path / "t-0").glob("*.log"))
     assert len(logs) == log.segment_count > 1
@@ -65,9 +71,7 @@ def test_index_files_match_the_log(
 def test_clean_reopen_needs_no_revalidation(
     tmp_path: Path, handles: HandleCache, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = _open(tmp_path / "t-0", handles, clock)
-    for _ in range(40):
-        log.append(make_batch(3, size=100))
+    log = _filled(tmp_path / "t-0", handles, clock, 40)
     log.close()
     expected = read_all(log)
     from weirmq.storage import segment as segment_module
@@ -86,9 +90,7 @@ def test_clean_reopen_needs_no_revalidation(
 def test_a_crash_revalidates_only_from_the_recovery_point(
     tmp_path: Path, handles: HandleCache, clock: ManualClock, recovered: list[str]
 ) -> None:
-    log = _open(tmp_path / "t-0", handles, clock)
-    for _ in range(60):
-        log.append(make_batch(3, size=100))
+    log = _filled(tmp_path / "t-0", handles, clock, 60)
     point = log.flush()
     handles.close()
     recovered.clear()
@@ -100,9 +102,7 @@ def test_a_crash_revalidates_only_from_the_recovery_point(
 def test_corruption_in_the_middle_takes_the_partition_offline(
     tmp_path: Path, handles: HandleCache, clock: ManualClock
 ) -> None:
-    log = _open(tmp_path / "t-0", handles, clock)
-    for _ in range(60):
-        log.append(make_batch(3, size=100))
+    log = _filled(tmp_path / "t-0", handles, clock, 60)
     point = log.flush()
     handles.close()
     middle = log.segments[1]

@@ -93,9 +93,10 @@ def masked(batch: bytes) -> bytes:
     return batch[:12] + b"\0\0\0\0" + batch[16:]
 
 
-def reopen_and_check(
-    crashed: Crashed, *, recovery_point: int, keeps_flushed: bool, may_go_offline: bool
-) -> None:
+def reopen(
+    crashed: Crashed, *, recovery_point: int, clean_shutdown: bool = False
+) -> tuple[FileLog, HandleCache]:
+    """The crashed log opened again, with its own descriptor cache (close both)."""
     handles = HandleCache(max_open=4)
     log = FileLog(
         crashed.directory,
@@ -103,7 +104,15 @@ def reopen_and_check(
         handles=handles,
         clock=ManualClock(),
         recovery_point=recovery_point,
+        clean_shutdown=clean_shutdown,
     )
+    return log, handles
+
+
+def reopen_and_check(
+    crashed: Crashed, *, recovery_point: int, keeps_flushed: bool, may_go_offline: bool
+) -> None:
+    log, handles = reopen(crashed, recovery_point=recovery_point)
     try:
         if log.offline_reason is not None:
             assert may_go_offline, log.offline_reason
@@ -125,15 +134,7 @@ def reopen_and_check(
         log.close()
         handles.close()
     # A clean reopen sees the same log.
-    handles = HandleCache(max_open=4)
-    again = FileLog(
-        crashed.directory,
-        CONFIG,
-        handles=handles,
-        clock=ManualClock(),
-        recovery_point=log.flushed_offset,
-        clean_shutdown=True,
-    )
+    again, handles = reopen(crashed, recovery_point=log.flushed_offset, clean_shutdown=True)
     assert again.offline_reason is None
     assert read_all(again)[-1][16:] == make_batch(2, tag=b"after")[16:]
     assert again.log_end_offset == end + 2
@@ -212,14 +213,7 @@ def test_lost_or_torn_indexes_are_rebuilt(
                 os.unlink(path)
             else:
                 os.truncate(path, data.draw(st.integers(0, os.path.getsize(path))))
-        handles = HandleCache(max_open=4)
-        log = FileLog(
-            crashed.directory,
-            CONFIG,
-            handles=handles,
-            clock=ManualClock(),
-            recovery_point=crashed.flushed,
-        )
+        log, handles = reopen(crashed, recovery_point=crashed.flushed)
         assert log.offline_reason is None
         assert [masked(b) for b in read_all(log)] == [masked(b) for b in crashed.expected]
         model = MemoryLog(CONFIG, clock=ManualClock())

@@ -33,7 +33,7 @@ from weirmq.wire.records import (
     check_batch,
     encode_batch,
     parse_header,
-    patch_offset_and_epoch,
+    patch_header,
     record_timestamps,
     set_log_append_time,
     validate_batches,
@@ -118,7 +118,7 @@ def test_kio_written_batch_validates_and_parses() -> None:
 
 def test_patching_offset_and_epoch_keeps_the_crc_valid() -> None:
     data = bytearray(encode_batch([Record(b"x"), Record(b"y")]))
-    patch_offset_and_epoch(data, 0, 123456789, 9)
+    patch_header(data, parse_header(data), 123456789, 9)
     header = check_batch(data, 0, len(data))
     assert not isinstance(header, str)
     assert (header.base_offset, header.partition_leader_epoch) == (123456789, 9)

@@ -56,9 +56,7 @@ ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_BASE_OFFSET = struct.Struct(">q")
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
-_EPOCH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _ATTRIBUTES = struct.Struct(">h")
 _MAX_TIMESTAMP = struct.Struct(">q")
@@ -213,16 +211,11 @@ def validate_batches(
     return headers
 
 
-def patch_offset_and_epoch(
-    buf: bytearray | memoryview, position: int, base_offset: int, leader_epoch: int
-) -> None:
-    """Assign the batch's base offset and leader epoch (neither is under the CRC)."""
-    _BASE_OFFSET.pack_into(buf, position, base_offset)
-    _EPOCH.pack_into(buf, position + 12, leader_epoch)
-
-
 def patch_header(buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int) -> None:
-    """`patch_offset_and_epoch` in one call, rewriting batchLength with its own value."""
+    """Assign the batch's base offset and leader epoch (neither is under the CRC).
+
+    One pack call: batchLength, which lies between them, is rewritten with its own value.
+    """
     _OFFSET_LENGTH_EPOCH.pack_into(
         buf, header.position, base_offset, header.batch_length, leader_epoch
     )
