@@ -7,7 +7,7 @@ VENV_PYTHON := $(VENV)/bin/python
 # Reinstall when pyproject.toml is newer than this (dependencies or entry points changed).
 INSTALL_STAMP := $(VENV)/.installed-stamp
 # Debian packages the tests need (for example kcat); installed by `make system-deps`.
-DEB_PACKAGES ?=
+DEB_PACKAGES ?= kcat
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # Directories ruff checks; bench/ may not exist in every checkout.

@@ -1,34 +1,27 @@
 """Entry point of the ``weirmq`` command (a click group).
 
 Subcommands stay thin: they parse options, build the pieces from the library packages and
-hand over. ``serve`` has no server to hand over to yet (issue 3), so it refuses to run
-instead of pretending, and exits with ``NOT_IMPLEMENTED_EXIT_CODE``.
+hand over. Settings come from `weirmq.broker.settings` (defaults, a TOML file, `WEIRMQ_*`
+environment variables, then these flags); an unknown or invalid one stops the command
+with a message naming it and exit code 2, like any other usage error.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
 from pathlib import Path
 
 import click
 
 from weirmq import __version__
+from weirmq.broker.settings import SettingsError, load_settings
+from weirmq.server.run import serve as run_broker
+from weirmq.server.run import tune_malloc
 
-DEFAULT_DATA_DIR = "./weirmq-data"
-DEFAULT_LISTEN = "127.0.0.1:9092"
-# Same code click uses for usage errors: "this invocation cannot do what was asked".
-NOT_IMPLEMENTED_EXIT_CODE = 2
-
-
-def parse_listen(
-    _ctx: click.Context | None, _param: click.Parameter | None, value: str
-) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (or ``[IPv6]:PORT``) into a host and a port number."""
-    host, sep, port_text = value.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise click.BadParameter(f"expected HOST:PORT with PORT in 1..65535, got {value!r}")
-    return host, int(port_text)
+USAGE_EXIT_CODE = 2
+STARTUP_FAILED_EXIT_CODE = 1
 
 
 @click.group(name="weirmq")
@@ -41,27 +34,61 @@ def main() -> None:
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_DATA_DIR,
-    show_default=True,
-    help="Directory holding the partition logs.",
+    default=None,
+    help="Directory holding the partition logs [default: ./weirmq-data].",
 )
 @click.option(
     "--listen",
     metavar="HOST:PORT",
-    default=DEFAULT_LISTEN,
-    show_default=True,
-    callback=parse_listen,
-    help="Address of the Kafka listener.",
+    default=None,
+    help="Address of the Kafka listener; port 0 picks a free one [default: 127.0.0.1:9092].",
 )
-def serve(data_dir: Path, listen: tuple[str, int]) -> None:
-    """Run a single broker (not implemented yet: exits with code 2)."""
-    host, port = listen
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    click.echo(
-        "weirmq serve: the Kafka server is not implemented yet (issue 3), so nothing was"
-        f" started and nothing listens on {address}.\n"
-        "What exists today is the storage engine (weirmq.storage), exercised by"
-        f" `make test` and `make bench-storage`. Nothing was written to {data_dir}.",
-        err=True,
+@click.option(
+    "--advertise",
+    metavar="HOST:PORT",
+    default=None,
+    help="Address given to clients in Metadata [default: the listening address].",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML settings file (also WEIRMQ_CONFIG); see docs/configuration.md.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    help="Log detail on stderr.",
+)
+def serve(
+    data_dir: Path | None,
+    listen: str | None,
+    advertise: str | None,
+    config_file: Path | None,
+    log_level: str,
+) -> None:
+    """Run a single broker until SIGTERM or SIGINT."""
+    try:
+        settings = load_settings(
+            config_file,
+            overrides={"data_dir": data_dir, "listen": listen, "advertise": advertise},
+        )
+    except SettingsError as exc:
+        click.echo(f"weirmq serve: {exc}", err=True)
+        sys.exit(USAGE_EXIT_CODE)
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    sys.exit(NOT_IMPLEMENTED_EXIT_CODE)
+    tune_malloc()
+    try:
+        asyncio.run(run_broker(settings))
+    except OSError as exc:  # the address is taken, the data directory is unwritable, ...
+        click.echo(f"weirmq serve: cannot start: {exc}", err=True)
+        sys.exit(STARTUP_FAILED_EXIT_CODE)
+    except KeyboardInterrupt:  # a second Ctrl-C during the orderly stop
+        sys.exit(130)

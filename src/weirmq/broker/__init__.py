@@ -1,0 +1,1 @@
+"""The broker: topic registry, API handlers and the settings they run with."""

@@ -1,0 +1,242 @@
+"""The broker's state: topics, partition logs, producer state, fetch waiters.
+
+One `Broker` owns one data directory. Everything here runs on the event loop's thread
+except fsyncs, which the storage layer's group committer runs on its own thread; the
+loop awaits them through `asyncio.wrap_future`, so a slow disk never stalls the loop.
+
+Writers and readers of a partition meet in two places:
+
+- the log itself: an append is synchronous on the loop thread, so requests are appended
+  in the order they arrive, which idempotent producers rely on;
+- fetch waiters: a long-polling fetch registers one future on every partition it reads;
+  an append resolves the futures of its partition, and the fetch reads again.
+
+Producer state (idempotence) is per partition. On a clean shutdown it is snapshotted into
+each partition directory; on start the snapshot is restored and the log after it replayed.
+Without a usable snapshot (after a crash) the whole log is replayed: only batch headers
+are looked at, and retention bounds how much there is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from ..storage.checkpoint import write_atomically
+from ..storage.config import DAY_MS, LogConfig
+from ..storage.errors import StorageError
+from ..storage.log import FileLog
+from ..storage.manager import LogManager, StorageSettings
+from ..wire.records import HEADER_BYTES, BatchHeader, parse_header
+from .producers import PartitionProducers, SnapshotError
+from .settings import Settings
+from .topics import (
+    ProducerIdAllocator,
+    Topic,
+    TopicRegistry,
+    UnknownTopicError,
+    check_topic_name,
+    load_cluster_id,
+)
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
+_SCAN_CHUNK_BYTES = 1 << 20
+LEADER_EPOCH = 0
+"""A single broker never changes leader, so every partition stays at leader epoch 0."""
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    """See the module docstring."""
+
+    def __init__(self, settings: Settings, *, clock: Callable[[], int] | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or wall_clock_ms
+        self.node_id = settings.node_id
+        data_dir = Path(settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = load_cluster_id(data_dir, settings.node_id)
+        self.topics = TopicRegistry(data_dir)
+        self.logs = LogManager(
+            data_dir,
+            clock=self.clock,
+            settings=StorageSettings(
+                flush_interval_ms=settings.flush_interval_ms, handles_max=settings.handles_max
+            ),
+            config_for=self.log_config,
+        )
+        self._adopt_orphans()
+        self.producer_ids = ProducerIdAllocator(data_dir)
+        self.producers: dict[TopicPartition, PartitionProducers] = {}
+        for tp, partition_log in self.logs.logs().items():
+            self.producers[tp] = self._load_producers(partition_log)
+        self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
+        self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
+        self.closing = False
+
+    # --- topics -------------------------------------------------------------------------
+
+    def log_config(self, _topic: str) -> LogConfig:
+        s = self.settings
+        return LogConfig(
+            segment_bytes=s.segment_bytes,
+            retention_ms=None if s.retention_ms < 0 else s.retention_ms,
+            retention_bytes=None if s.retention_bytes < 0 else s.retention_bytes,
+            max_message_bytes=s.message_max_bytes,
+            segment_ms=7 * DAY_MS,
+        )
+
+    def _adopt_orphans(self) -> None:
+        counts: dict[str, int] = {}
+        for topic, partition in self.logs.logs():
+            counts[topic] = max(counts.get(topic, 0), partition + 1)
+        self.topics.adopt(counts)
+        for known in self.topics:
+            for partition in range(known.partitions):
+                self.logs.create(known.name, partition)
+
+    def topic(self, name: str, *, auto_create: bool) -> Topic:
+        """The topic, created with the default partition count when allowed and missing.
+        Raises UnknownTopicError or InvalidTopicError."""
+        found = self.topics.get(name)
+        if found is not None:
+            return found
+        check_topic_name(name)
+        if not (auto_create and self.settings.auto_create_topics):
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return self.create_topic(name, self.settings.default_partitions)
+
+    def create_topic(self, name: str, partitions: int) -> Topic:
+        created = self.topics.create(name, partitions)
+        for partition in range(partitions):
+            tp = (name, partition)
+            self.logs.create(name, partition)
+            self.producers[tp] = PartitionProducers()
+        log.info("created topic %r with %d partition(s)", name, partitions)
+        return created
+
+    def partition_log(self, topic: str, partition: int) -> FileLog | None:
+        return self.logs.get(topic, partition)
+
+    def partition_producers(self, tp: TopicPartition) -> PartitionProducers:
+        state = self.producers.get(tp)
+        if state is None:
+            state = self.producers[tp] = PartitionProducers()
+        return state
+
+    # --- fetch waiters ------------------------------------------------------------------
+
+    def appended(self, tp: TopicPartition) -> None:
+        """New data in `tp`: wake every fetch waiting on it."""
+        waiters = self._waiters.pop(tp, None)
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
+        """Return when one of `tps` gets an append, the broker closes, or after
+        `timeout_s`, whichever is first."""
+        if self.closing or timeout_s <= 0:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        registered = []
+        for tp in tps:
+            self._waiters[tp].append(waiter)
+            registered.append(tp)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for tp in registered:
+                waiting = self._waiters.get(tp)
+                if waiting is not None and waiter in waiting:
+                    waiting.remove(waiter)
+                    if not waiting:
+                        del self._waiters[tp]
+
+    def wake_all(self) -> None:
+        for tp in list(self._waiters):
+            self.appended(tp)
+
+    # --- durability ---------------------------------------------------------------------
+
+    async def durable(self, partition_log: FileLog, offset: int) -> None:
+        """Return once `partition_log` is fsynced below `offset` (group commit)."""
+        if partition_log.flushed_offset >= offset:
+            return
+        await asyncio.wrap_future(self.logs.sync(partition_log, offset))
+
+    # --- producer state -----------------------------------------------------------------
+
+    def _load_producers(self, partition_log: FileLog) -> PartitionProducers:
+        state, start = PartitionProducers(), partition_log.log_start_offset
+        path = partition_log.directory / PRODUCER_SNAPSHOT_FILE
+        if path.exists():
+            try:
+                restored, covered = PartitionProducers.restore(path.read_bytes())
+                if partition_log.log_start_offset <= covered <= partition_log.log_end_offset:
+                    state, start = restored, covered
+            except (SnapshotError, OSError) as exc:
+                log.warning("%s: ignoring producer snapshot (%s); replaying the log", path, exc)
+        if partition_log.offline_reason is not None:
+            return state
+        try:
+            for header in scan_batch_headers(partition_log, start):
+                state.replay(header)
+        except StorageError as exc:
+            log.error("%s: producer state not rebuilt: %s", partition_log.directory.name, exc)
+        return state
+
+    def _save_producer_snapshots(self) -> None:
+        for tp, partition_log in self.logs.logs().items():
+            state = self.producers.get(tp)
+            if state is None or partition_log.offline_reason is not None:
+                continue
+            path = partition_log.directory / PRODUCER_SNAPSHOT_FILE
+            try:
+                write_atomically(path, state.snapshot(partition_log.log_end_offset))
+            except OSError as exc:
+                log.error("%s: producer snapshot not written: %s", path, exc)
+
+    # --- housekeeping and shutdown ------------------------------------------------------
+
+    def housekeeping(self) -> None:
+        """Retention, time-based rolls and producer expiry; called periodically."""
+        self.logs.housekeeping()
+        now = self.clock()
+        for state in self.producers.values():
+            state.expire(now, self.settings.producer_id_expiration_ms)
+
+    def close(self) -> None:
+        """Flush everything, write checkpoints and producer snapshots, mark clean."""
+        self.closing = True
+        self.wake_all()
+        self.logs.close()
+        self._save_producer_snapshots()
+
+
+def scan_batch_headers(partition_log: FileLog, start: int) -> Iterator[BatchHeader]:
+    """Headers of every batch from the one holding `start` to the log end, in order."""
+    offset = max(start, partition_log.log_start_offset)
+    while offset < partition_log.log_end_offset:
+        chunk = partition_log.read(offset, _SCAN_CHUNK_BYTES).records
+        position = 0
+        while position + HEADER_BYTES <= len(chunk):
+            header = parse_header(chunk, position)
+            yield header
+            position += header.size
+            offset = header.base_offset + header.last_offset_delta + 1
+        if position == 0:
+            break

@@ -1,0 +1,152 @@
+"""From a request frame to a response: header, version check, decode, handler, encode.
+
+`API_VERSIONS` is the single table of what this broker speaks. ApiVersions answers from
+it, and nothing outside it reaches a handler, so the broker never advertises a version it
+cannot handle (a client would wait forever for an answer that never comes).
+
+What a frame can get:
+
+- a `Reply` (the response frame, as a prefix and a body, written in that order);
+- None: Produce with acks=0 is never answered;
+- an awaitable of either, when the handler has to wait (acks=all fsync, fetch long poll);
+- `CloseConnection`, when the frame cannot be answered in Kafka's terms: an unknown API
+  key, a version outside our range (except ApiVersions, below), or a body that does not
+  parse. Kafka closes the connection in those cases too; the client reconnects and, having
+  read our ApiVersions, does not send it again.
+
+ApiVersions with a version newer than ours gets the answer every client expects: a v0
+response with UNSUPPORTED_VERSION and our version table, after which the client retries
+with the highest version we listed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
+
+from ..wire import messages
+from ..wire.errors import ErrorCode
+from ..wire.framing import HeaderError, parse_request_header, response_prefix
+from .core import Broker
+from .fetch import handle_fetch
+from .metadata import handle_init_producer_id, handle_metadata
+from .offsets import handle_list_offsets, handle_offset_for_leader_epoch
+from .produce import handle_produce
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_KEY = 18
+Handler = Callable[[Broker, Any, int], Any]
+
+
+class Api(NamedTuple):
+    min_version: int
+    max_version: int
+    handler: Handler | None  # None: answered by the dispatcher itself (ApiVersions)
+
+
+# Upper bounds: Produce v13 and Fetch v13+ name topics by id only; ListOffsets v11 adds a
+# tiered-storage timestamp; InitProducerId v6 is two-phase commit. None of that exists yet.
+API_VERSIONS: dict[int, Api] = {
+    0: Api(3, 12, handle_produce),
+    1: Api(4, 12, handle_fetch),
+    2: Api(1, 10, handle_list_offsets),
+    3: Api(0, 12, handle_metadata),
+    18: Api(0, 4, None),
+    22: Api(0, 5, handle_init_producer_id),
+    23: Api(2, 4, handle_offset_for_leader_epoch),
+}
+
+
+class Reply(NamedTuple):
+    prefix: bytes
+    body: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.prefix) + len(self.body)
+
+
+class CloseConnection(Exception):
+    """The frame cannot be answered; close the connection (the reason is logged)."""
+
+
+Outcome = Reply | None | Awaitable[Reply | None]
+
+
+def _is_flexible(api_key: int, version: int) -> bool:
+    api = API_VERSIONS.get(api_key)
+    if api is None or not api.min_version <= version <= api.max_version:
+        return False
+    return messages.request_is_flexible(api_key, version)
+
+
+class Dispatcher:
+    """Turns request frames into replies for one broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def handle(self, frame: bytes | memoryview) -> Outcome:
+        try:
+            header = parse_request_header(frame, _is_flexible)
+        except HeaderError as exc:
+            raise CloseConnection(f"bad request header: {exc}") from exc
+        key, version = header.api_key, header.api_version
+        if key == API_VERSIONS_KEY:
+            return self._api_versions(frame, header.correlation_id, version, header.body_offset)
+        api = API_VERSIONS.get(key)
+        if api is None or api.handler is None:
+            raise CloseConnection(f"unsupported API key {key}")
+        if not api.min_version <= version <= api.max_version:
+            raise CloseConnection(
+                f"API key {key} version {version} outside {api.min_version}..{api.max_version}"
+            )
+        try:
+            request = messages.decode_request(key, version, frame, header.body_offset)
+        except messages.DecodeError as exc:
+            raise CloseConnection(str(exc)) from exc
+        result = api.handler(self.broker, request, version)
+        if result is None:
+            return None
+        if isinstance(result, dict):
+            return _reply(key, version, header.correlation_id, result)
+        return _finish(result, key, version, header.correlation_id)
+
+    def _api_versions(
+        self, frame: bytes | memoryview, correlation_id: int, version: int, offset: int
+    ) -> Reply:
+        api = API_VERSIONS[API_VERSIONS_KEY]
+        error = ErrorCode.none
+        if version > api.max_version or version < api.min_version:
+            version, error = 0, ErrorCode.unsupported_version
+        else:
+            try:
+                messages.decode_request(API_VERSIONS_KEY, version, frame, offset)
+            except messages.DecodeError:
+                error = ErrorCode.invalid_request
+        data = {
+            "error_code": error,
+            "api_keys": [
+                {"api_key": key, "min_version": a.min_version, "max_version": a.max_version}
+                for key, a in sorted(API_VERSIONS.items())
+            ],
+            "throttle_time": 0,
+        }
+        return _reply(API_VERSIONS_KEY, version, correlation_id, data)
+
+
+async def _finish(
+    pending: Awaitable[dict[str, Any] | None], key: int, version: int, correlation_id: int
+) -> Reply | None:
+    result = await pending
+    if result is None:
+        return None
+    return _reply(key, version, correlation_id, result)
+
+
+def _reply(key: int, version: int, correlation_id: int, data: dict[str, Any]) -> Reply:
+    body = messages.encode(messages.build_response(key, version, data))
+    flexible = messages.response_header_is_flexible(key, version)
+    return Reply(response_prefix(correlation_id, len(body), flexible_header=flexible), body)

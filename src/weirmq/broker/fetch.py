@@ -1,0 +1,156 @@
+"""Fetch (API key 1): read partitions from an offset, long-polling for new data.
+
+A fetch reads every requested partition in order, within two budgets: `max_bytes` for the
+whole response and `partition_max_bytes` per partition. Batches are never cut; the only
+one allowed past a budget is the first batch of the first partition that has data (KIP-74),
+so a consumer can always progress past a batch larger than its limits. A partition whose
+next batch does not fit the remaining budget returns nothing this time.
+
+If fewer than `min_bytes` were found and `max_wait_ms` allows, the fetch waits on every
+partition it reads (`Broker.wait_for_data`) and reads again when one of them gets an
+append, until enough data, the deadline, or broker shutdown. An error in any partition
+answers at once: waiting would only delay the client's recovery.
+
+Fetch sessions (KIP-227) are declined the standard way: a full fetch is answered with
+session id 0, which tells the client that no session was created, so it keeps sending full
+fetches. An incremental fetch for a session id we never gave out gets
+FETCH_SESSION_ID_NOT_FOUND, and the client starts over with a full fetch.
+
+Offsets outside [log start, log end] get OFFSET_OUT_OF_RANGE together with the log start
+and high watermark, which the client's auto.offset.reset needs. A single broker's high
+watermark is its log end: every replica (there is one) has every appended record.
+There are no transactions yet, so the last stable offset is the high watermark and
+read_committed sees what read_uncommitted sees.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from ..storage.errors import OffsetOutOfRangeError
+from ..wire.errors import ErrorCode, KafkaError
+from .core import LEADER_EPOCH, Broker
+
+FETCH_WAIT_MAX_MS = 30_000
+"""Cap on a client's max_wait_ms, so a long poll never outlives typical request timeouts."""
+_NO_SESSION = 0
+_FINAL_EPOCH = -1
+
+
+class _Partition:
+    __slots__ = ("error", "high_watermark", "index", "log_start_offset", "records")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.error = ErrorCode.none
+        self.high_watermark = -1
+        self.log_start_offset = -1
+        self.records: bytes = b""
+
+
+def handle_fetch(
+    broker: Broker, request: Any, version: int
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    session_id = int(getattr(request, "session_id", 0))
+    session_epoch = int(getattr(request, "session_epoch", _FINAL_EPOCH))
+    if session_id != _NO_SESSION:
+        return _top_level_error(ErrorCode.fetch_session_id_not_found)
+    if session_epoch not in (0, _FINAL_EPOCH):
+        return _top_level_error(ErrorCode.invalid_fetch_session_epoch)
+    result, found_bytes, failed = _read_all(broker, request)
+    max_wait_ms = min(int(request.max_wait.total_seconds() * 1000), FETCH_WAIT_MAX_MS)
+    if failed or found_bytes >= int(request.min_bytes) or max_wait_ms <= 0 or broker.closing:
+        return _response(result)
+    return _long_poll(broker, request, time.monotonic() + max_wait_ms / 1000)
+
+
+async def _long_poll(broker: Broker, request: Any, deadline: float) -> dict[str, Any]:
+    tps = [(t.topic, int(p.partition)) for t in request.topics for p in t.partitions]
+    while True:
+        await broker.wait_for_data(tps, deadline - time.monotonic())
+        result, found_bytes, failed = _read_all(broker, request)
+        done = failed or found_bytes >= int(request.min_bytes)
+        if done or time.monotonic() >= deadline or broker.closing:
+            return _response(result)
+
+
+def _read_all(broker: Broker, request: Any) -> tuple[list[tuple[str, list[_Partition]]], int, bool]:
+    budget = int(request.max_bytes)
+    found = 0
+    failed = False
+    result = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            partition = _Partition(int(wanted.partition))
+            limit = min(int(wanted.partition_max_bytes), budget - found)
+            _read_one(broker, topic.topic, wanted, partition, limit, first=found == 0)
+            found += len(partition.records)
+            failed = failed or partition.error is not ErrorCode.none
+            partitions.append(partition)
+        result.append((topic.topic, partitions))
+    return result, found, failed
+
+
+def _read_one(
+    broker: Broker, topic: str, wanted: Any, partition: _Partition, limit: int, *, first: bool
+) -> None:
+    partition_log = broker.partition_log(topic, partition.index)
+    if partition_log is None:
+        partition.error = ErrorCode.unknown_topic_or_partition
+        return
+    current_epoch = int(getattr(wanted, "current_leader_epoch", -1))
+    if current_epoch > LEADER_EPOCH:
+        partition.error = ErrorCode.unknown_leader_epoch
+        return
+    partition.high_watermark = partition_log.log_end_offset
+    partition.log_start_offset = partition_log.log_start_offset
+    if limit <= 0 and not first:
+        return
+    try:
+        read = partition_log.read(int(wanted.fetch_offset), max(limit, 1))
+    except OffsetOutOfRangeError:
+        partition.error = ErrorCode.offset_out_of_range
+        return
+    except KafkaError as exc:
+        partition.error = exc.code
+        return
+    records = read.records
+    if len(records) > limit and not first:
+        return  # its first batch does not fit what is left; it comes in a later fetch
+    partition.records = records if isinstance(records, bytes) else bytes(records)
+    partition.high_watermark = read.log_end_offset
+    partition.log_start_offset = read.log_start_offset
+
+
+def _top_level_error(code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "session_id": 0, "responses": []}
+
+
+def _response(result: list[tuple[str, list[_Partition]]]) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "session_id": _NO_SESSION,
+        "responses": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition_index": p.index,
+                        "error_code": p.error,
+                        "high_watermark": p.high_watermark,
+                        "last_stable_offset": p.high_watermark,
+                        "log_start_offset": p.log_start_offset,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": p.records,
+                    }
+                    for p in partitions
+                ],
+            }
+            for topic, partitions in result
+        ],
+    }

@@ -1,0 +1,126 @@
+"""Metadata (API key 3) and InitProducerId (API key 22).
+
+Metadata describes one broker (this one, at its advertised address) leading every
+partition at leader epoch 0, with itself as the only replica and the only in-sync replica.
+Requested topics that do not exist are created when both the broker setting and the
+request allow it (`allow_auto_topic_creation`, v4+; older versions always allow), which
+client test suites assume; the new topic is answered ready at once, because creation is
+synchronous here. Which topics a request means:
+
+    v0        an empty list means every topic
+    v1+       null means every topic, an empty list none
+    v10+      a topic may be named by id instead of name
+
+InitProducerId without a transactional id gives an idempotent producer a fresh producer
+id at epoch 0, as Kafka does (an id is never reused; see `topics.ProducerIdAllocator`).
+Transactional ids need the transaction coordinator, which does not exist yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..wire.errors import ErrorCode, KafkaError
+from .core import LEADER_EPOCH, Broker
+from .topics import Topic
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+"""Kafka's value for "not requested" in the authorized-operations fields."""
+# Every topic operation (Kafka's AclOperation codes 3..11 without CLUSTER_ACTION 9 and
+# IDEMPOTENT_WRITE 12): there is no authorization yet, so everything is allowed.
+_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+
+
+def handle_metadata(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    host, port = broker.advertised
+    node = broker.node_id
+    wanted = request.topics
+    if wanted is None or (version == 0 and not wanted):
+        topics = [_describe(broker, t) for t in broker.topics]
+    else:
+        allow = bool(getattr(request, "allow_auto_topic_creation", True))
+        topics = [_lookup(broker, entry, allow) for entry in wanted]
+    include_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
+    include_cluster_ops = bool(getattr(request, "include_cluster_authorized_operations", False))
+    for topic in topics:
+        topic["topic_authorized_operations"] = (
+            _TOPIC_OPERATIONS if include_topic_ops else AUTHORIZED_OPERATIONS_OMITTED
+        )
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": node,
+        "topics": topics,
+        "cluster_authorized_operations": (
+            _CLUSTER_OPERATIONS if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
+        ),
+        "error_code": ErrorCode.none,
+    }
+
+
+def _lookup(broker: Broker, entry: Any, allow_auto_create: bool) -> dict[str, Any]:
+    name = getattr(entry, "name", None)
+    topic_id = getattr(entry, "topic_id", None)
+    if name is None:
+        found = broker.topics.by_id(topic_id) if topic_id is not None else None
+        if found is None:
+            return _error(ErrorCode.unknown_topic_id, None, topic_id)
+        return _describe(broker, found)
+    try:
+        return _describe(broker, broker.topic(name, auto_create=allow_auto_create))
+    except KafkaError as exc:
+        return _error(exc.code, name, None)
+
+
+def _error(code: ErrorCode, name: str | None, topic_id: Any) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": [],
+    }
+
+
+def _describe(broker: Broker, topic: Topic) -> dict[str, Any]:
+    node = broker.node_id
+    partitions = []
+    for index in range(topic.partitions):
+        partition_log = broker.partition_log(topic.name, index)
+        online = partition_log is not None and partition_log.offline_reason is None
+        partitions.append(
+            {
+                "error_code": ErrorCode.none if online else ErrorCode.kafka_storage_error,
+                "partition_index": index,
+                "leader_id": node if online else -1,
+                "leader_epoch": LEADER_EPOCH,
+                "replica_nodes": [node],
+                "isr_nodes": [node] if online else [],
+                "offline_replicas": [] if online else [node],
+            }
+        )
+    return {
+        "error_code": ErrorCode.none,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": False,
+        "partitions": partitions,
+    }
+
+
+def handle_init_producer_id(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    if request.transactional_id is not None:
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.transactional_id_authorization_failed,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "producer_id": broker.producer_ids.allocate(),
+        "producer_epoch": 0,
+    }

@@ -1,0 +1,105 @@
+"""ListOffsets (API key 2) and OffsetForLeaderEpoch (API key 23).
+
+ListOffsets maps a timestamp to an offset per partition. Negative timestamps are special:
+
+    -1 LATEST             the log end (the high watermark; with no transactions also the
+                          last stable offset, so both isolation levels get it)
+    -2 EARLIEST           the log start
+    -3 MAX_TIMESTAMP      the first record carrying the largest timestamp (v7+)
+    -4 EARLIEST_LOCAL     the log start: every segment is local (v8+)
+    -5 EARLIEST_PENDING_UPLOAD  nothing is ever pending upload: no offset (v9+)
+
+A timestamp >= 0 finds the first record whose timestamp is at least that; when there is
+none the answer is offset -1, timestamp -1, as in Kafka.
+
+OffsetForLeaderEpoch lets a consumer check that the log it was reading was not truncated
+under it. A single broker's partitions have one leader epoch, 0, from offset 0: epoch 0
+ends at the log end; a later epoch is unknown (-1, -1), as Kafka answers for an epoch
+above its latest. A `current_leader_epoch` newer than ours is UNKNOWN_LEADER_EPOCH.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..wire.errors import ErrorCode, KafkaError
+from .core import LEADER_EPOCH, Broker
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+UNDEFINED = -1
+
+
+def handle_list_offsets(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    topics = []
+    for topic in request.topics:
+        partitions = [_list_one(broker, topic.name, p) for p in topic.partitions]
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _list_one(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
+    index = int(wanted.partition_index)
+    answer: dict[str, Any] = {
+        "partition_index": index,
+        "error_code": ErrorCode.none,
+        "timestamp": UNDEFINED,
+        "offset": UNDEFINED,
+        "leader_epoch": LEADER_EPOCH,
+    }
+    partition_log = broker.partition_log(topic, index)
+    if partition_log is None:
+        answer["error_code"] = ErrorCode.unknown_topic_or_partition
+        return answer
+    if int(getattr(wanted, "current_leader_epoch", -1)) > LEADER_EPOCH:
+        answer["error_code"] = ErrorCode.unknown_leader_epoch
+        return answer
+    timestamp = int(wanted.timestamp)
+    try:
+        if timestamp == LATEST:
+            answer["offset"] = partition_log.log_end_offset
+        elif timestamp in (EARLIEST, EARLIEST_LOCAL):
+            answer["offset"] = partition_log.log_start_offset
+        elif timestamp == EARLIEST_PENDING_UPLOAD:
+            pass
+        elif timestamp == MAX_TIMESTAMP:
+            found = partition_log.max_timestamp_offset()
+            if found is not None:
+                answer["offset"], answer["timestamp"] = found.offset, found.timestamp_ms
+        elif timestamp >= 0:
+            found = partition_log.offset_for_timestamp(timestamp)
+            if found is not None:
+                answer["offset"], answer["timestamp"] = found.offset, found.timestamp_ms
+        else:
+            answer["error_code"] = ErrorCode.invalid_request
+    except KafkaError as exc:
+        answer["error_code"] = exc.code
+    return answer
+
+
+def handle_offset_for_leader_epoch(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    topics = []
+    for topic in request.topics:
+        partitions = [_epoch_end(broker, topic.topic, p) for p in topic.partitions]
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _epoch_end(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
+    index = int(wanted.partition)
+    answer: dict[str, Any] = {
+        "error_code": ErrorCode.none,
+        "partition": index,
+        "leader_epoch": UNDEFINED,
+        "end_offset": UNDEFINED,
+    }
+    partition_log = broker.partition_log(topic, index)
+    if partition_log is None:
+        answer["error_code"] = ErrorCode.unknown_topic_or_partition
+    elif int(getattr(wanted, "current_leader_epoch", -1)) > LEADER_EPOCH:
+        answer["error_code"] = ErrorCode.unknown_leader_epoch
+    elif partition_log.offline_reason is not None:
+        answer["error_code"] = ErrorCode.kafka_storage_error
+    elif int(wanted.leader_epoch) == LEADER_EPOCH:
+        answer["leader_epoch"] = LEADER_EPOCH
+        answer["end_offset"] = partition_log.log_end_offset
+    return answer

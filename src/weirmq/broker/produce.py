@@ -1,0 +1,181 @@
+"""Produce (API key 0): validate, append, answer when the durability condition holds.
+
+Per partition, in request order and synchronously on the loop (so appends keep arrival
+order, which idempotent sequences depend on):
+
+1. find the topic (auto-created when allowed) and partition;
+2. for an idempotent batch, judge its sequence (`producers.PartitionProducers.check`): a
+   duplicate is answered with the offsets it got the first time and not written again;
+3. append: the storage layer checks framing, CRC and sizes, then assigns offsets;
+4. wake fetches waiting on the partition.
+
+Then the answer waits for the request's acks: 0 gets no answer at all, 1 is answered at
+once (the data is in the OS; the flush interval bounds its exposure), all (-1) is answered
+once the group commit has fsynced the partition up to the batch. A failed fsync answers
+KAFKA_STORAGE_ERROR for that partition only.
+
+Idempotent produce requests carry exactly one batch per partition (Kafka refuses more with
+INVALID_RECORD), because a duplicate must be a whole request's worth of one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from ..storage.errors import StorageError
+from ..storage.log import FileLog
+from ..wire.errors import ErrorCode, KafkaError
+from ..wire.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, InvalidRecordError, parse_header
+from .core import Broker
+from .producers import last_sequence
+
+log = logging.getLogger(__name__)
+
+VALID_ACKS = (0, 1, -1)
+_NO_TIMESTAMP = -1
+
+
+class _Outcome:
+    """One partition's answer, and what must be fsynced before it is given."""
+
+    __slots__ = ("base_offset", "error", "log_append_time_ms", "log_start_offset", "sync")
+
+    def __init__(self) -> None:
+        self.error = ErrorCode.none
+        self.base_offset = -1
+        self.log_append_time_ms = _NO_TIMESTAMP
+        self.log_start_offset = -1
+        self.sync: tuple[FileLog, int] | None = None
+
+
+def handle_produce(
+    broker: Broker, request: Any, version: int
+) -> dict[str, Any] | Awaitable[dict[str, Any] | None] | None:
+    acks = int(request.acks)
+    outcomes: list[tuple[str, list[tuple[int, _Outcome]]]] = []
+    for topic_data in request.topic_data:
+        partitions = []
+        for partition_data in topic_data.partition_data:
+            outcome = _Outcome()
+            if acks not in VALID_ACKS:
+                outcome.error = ErrorCode.invalid_required_acks
+            elif request.transactional_id is not None:
+                outcome.error = ErrorCode.invalid_txn_state  # transactions: not yet
+            else:
+                _append(broker, topic_data.name, partition_data, acks, outcome)
+            partitions.append((int(partition_data.index), outcome))
+        outcomes.append((topic_data.name, partitions))
+    if acks == 0:
+        return None
+    if acks == -1 and any(o.sync for _, ps in outcomes for _, o in ps):
+        return _after_sync(broker, outcomes, request)
+    return _response(outcomes)
+
+
+def _append(broker: Broker, topic_name: str, data: Any, acks: int, outcome: _Outcome) -> None:
+    try:
+        broker.topic(topic_name, auto_create=True)
+        partition = int(data.index)
+        partition_log = broker.partition_log(topic_name, partition)
+        if partition_log is None:
+            outcome.error = ErrorCode.unknown_topic_or_partition
+            return
+        records = data.records
+        if not records:
+            raise InvalidRecordError("produce request without records")
+        outcome.log_start_offset = partition_log.log_start_offset
+        tp = (topic_name, partition)
+        last_offset = _append_checked(broker, tp, partition_log, records, outcome)
+        outcome.log_start_offset = partition_log.log_start_offset
+        if acks == -1:
+            outcome.sync = (partition_log, last_offset + 1)
+    except KafkaError as exc:
+        outcome.error = exc.code
+        if exc.code is ErrorCode.kafka_storage_error:
+            log.error("produce to %s-%s failed: %s", topic_name, data.index, exc)
+
+
+def _append_checked(
+    broker: Broker, tp: tuple[str, int], partition_log: FileLog, records: bytes, outcome: _Outcome
+) -> int:
+    """Append `records` (after the idempotence check); returns the last offset answered."""
+    header = parse_header(records) if len(records) >= 61 else None
+    if header is not None and header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
+        raise _TransactionsUnsupported("transactional batches are not supported yet")
+    if header is None or header.producer_id < 0:
+        info = partition_log.append(records, leader_epoch=0)
+        broker.appended(tp)
+        outcome.base_offset = info.base_offset
+        outcome.log_append_time_ms = info.log_append_time_ms
+        return info.last_offset
+    if header.size != len(records):
+        raise InvalidRecordError("an idempotent produce must carry exactly one batch")
+    producers = broker.partition_producers(tp)
+    first_seq = header.base_sequence
+    last_seq = last_sequence(first_seq, header.last_offset_delta)
+    duplicate = producers.check(header.producer_id, header.producer_epoch, first_seq, last_seq)
+    if duplicate is not None:
+        outcome.base_offset = duplicate.first_offset
+        return duplicate.last_offset
+    info = partition_log.append(records, leader_epoch=0)
+    producers.record(
+        header.producer_id,
+        header.producer_epoch,
+        first_seq,
+        last_seq,
+        info.base_offset,
+        info.last_offset,
+        broker.clock(),
+    )
+    broker.appended(tp)
+    outcome.base_offset = info.base_offset
+    outcome.log_append_time_ms = info.log_append_time_ms
+    return info.last_offset
+
+
+class _TransactionsUnsupported(KafkaError):
+    code = ErrorCode.invalid_txn_state
+
+
+async def _after_sync(
+    broker: Broker, outcomes: list[tuple[str, list[tuple[int, _Outcome]]]], request: Any
+) -> dict[str, Any]:
+    pending = [o for _, ps in outcomes for _, o in ps if o.sync is not None]
+    results = await asyncio.gather(
+        *(broker.durable(*o.sync) for o in pending if o.sync is not None), return_exceptions=True
+    )
+    for outcome, result in zip(pending, results, strict=True):
+        if isinstance(result, BaseException):
+            if not isinstance(result, (StorageError, OSError)):
+                raise result
+            log.error("fsync failed; answering KAFKA_STORAGE_ERROR: %s", result)
+            outcome.error = ErrorCode.kafka_storage_error
+            outcome.base_offset = -1
+    return _response(outcomes)
+
+
+def _response(outcomes: list[tuple[str, list[tuple[int, _Outcome]]]]) -> dict[str, Any]:
+    return {
+        "responses": [
+            {
+                "name": name,
+                "partition_responses": [
+                    {
+                        "index": index,
+                        "error_code": o.error,
+                        "base_offset": o.base_offset,
+                        "log_append_time": o.log_append_time_ms,
+                        "log_start_offset": o.log_start_offset,
+                        "record_errors": [],
+                        "error_message": None,
+                    }
+                    for index, o in partitions
+                ],
+            }
+            for name, partitions in outcomes
+        ],
+        "throttle_time": 0,
+    }

@@ -1,0 +1,548 @@
+"""Broker settings: what they are, where they come from, and how a bad one is reported.
+
+Theory of operation
+-------------------
+Every setting is one row of ``SETTING_SPECS``: its name, the kind of value it holds (which
+says how to read it from text and how to check a typed value), the Kafka broker config it
+stands for, its bounds and one line of meaning. ``Settings`` holds the defaults; the table
+and the dataclass list the same names in the same order (asserted below). Everything else is
+driven by the table: parsing, bounds, error messages, the ``WEIRMQ_<NAME>`` variable names,
+and docs/configuration.md (written by hand, checked against the table by a test).
+
+Values arrive in layers; each later layer overrides the earlier ones, key by key::
+
+    defaults  <  TOML file  <  WEIRMQ_<NAME> environment variables  <  overrides (flags)
+
+The file is ``config_file`` if given, else the one named by ``WEIRMQ_CONFIG``, else none.
+
+Every value of every layer is checked, including one that a later layer overrides: a typo in
+the config file is reported on the day it is made, not on the day the flag hiding it goes
+away. The first problem stops loading with a ``SettingsError`` that names the setting, where
+it came from and what was wrong::
+
+    setting 'max_request_bytes' from environment variable WEIRMQ_MAX_REQUEST_BYTES:
+        expected an integer, got 'abc'
+    unknown setting 'max_reqest_bytes' in broker.toml (did you mean 'max_request_bytes'?)
+
+Text and typed values are read differently on purpose. The environment holds only text, so
+``"yes"``, ``"on"`` and ``"1"`` mean true. TOML has types, so ``node_id = "5"`` or
+``auto_create_topics = 1`` is an error rather than a guess: the file says what it means.
+Overrides are typed values (from click), but a string is read as text, as on a command line.
+
+``Settings`` checks its own fields too (``__post_init__``), so a broker built in a test with
+``Settings(node_id=-1)`` fails as loudly as one started from a bad file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "WEIRMQ_"
+CONFIG_FILE_ENV_VAR = "WEIRMQ_CONFIG"
+"""Names the TOML file when ``load_settings`` is given none; not a setting itself."""
+
+# Bounds. Sizes and ids that travel in Kafka's int32 fields, and counts, stop at INT32_MAX;
+# durations and retention are Kafka longs.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+PORT_MAX = 65535
+# Longer values are cut in error messages: a whole TOML table would drown the point.
+SHOWN_VALUE_CHARS_MAX = 80
+
+
+class SettingsError(ValueError):
+    """A setting is unknown or unusable; the message names it and where it came from."""
+
+
+class _InvalidValue(Exception):
+    """Why a value is unusable, raised before it is known which setting and source it is for."""
+
+
+def _show(value: object) -> str:
+    shown = repr(value)
+    if len(shown) <= SHOWN_VALUE_CHARS_MAX:
+        return shown
+    return shown[: SHOWN_VALUE_CHARS_MAX - 3] + "..."
+
+
+# --- Kinds of value -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ValueKind:
+    """How one kind of setting is read from text and how a typed value of it is checked."""
+
+    from_text: Callable[[str], object]
+    from_value: Callable[[object], object]
+
+
+# Underscores as in TOML and Python (104_857_600); no spaces, no unit suffixes, no floats.
+_INT_TEXT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")
+
+
+def _int_from_text(text: str) -> int:
+    if _INT_TEXT.fullmatch(text) is None:
+        raise _InvalidValue(f"expected an integer, got {_show(text)}")
+    return int(text)
+
+
+def _int_from_value(value: object) -> int:
+    # bool is an int to Python, but `node_id = true` is a slip, not the number 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _InvalidValue(f"expected an integer, got {_show(value)}")
+    return value
+
+
+_BOOL_WORDS = {
+    "true": True, "1": True, "yes": True, "on": True,
+    "false": False, "0": False, "no": False, "off": False,
+}  # fmt: skip
+
+
+def _bool_from_text(text: str) -> bool:
+    word = _BOOL_WORDS.get(text.lower())
+    if word is None:
+        expected = "expected a boolean (true/false, yes/no, on/off, 1/0)"
+        raise _InvalidValue(f"{expected}, got {_show(text)}")
+    return word
+
+
+def _bool_from_value(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _InvalidValue(f"expected a boolean (true or false), got {_show(value)}")
+    return value
+
+
+def _path_from_text(text: str) -> Path:
+    # Path("") is the working directory: an empty value is far more likely a mistake.
+    if not text:
+        raise _InvalidValue("expected a directory path, got ''")
+    return Path(text)
+
+
+def _path_from_value(value: object) -> Path:
+    if isinstance(value, Path):
+        return value
+    if isinstance(value, str):
+        return _path_from_text(value)
+    raise _InvalidValue(f"expected a directory path, got {_show(value)}")
+
+
+def _listen_from_text(text: str) -> str:
+    _split_host_port(text)
+    return text
+
+
+def _listen_from_value(value: object) -> str:
+    if not isinstance(value, str):
+        raise _InvalidValue(f"expected a HOST:PORT string, got {_show(value)}")
+    return _listen_from_text(value)
+
+
+def _advertise_from_text(text: str) -> str | None:
+    # TOML has no null, so an empty string is how a file, variable or flag says "unset".
+    if not text:
+        return None
+    _, port = _split_host_port(text)
+    if port == 0:
+        raise _InvalidValue(f"cannot advertise port 0, clients need a real port; got {_show(text)}")
+    return text
+
+
+def _advertise_from_value(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _InvalidValue(f"expected a HOST:PORT string, got {_show(value)}")
+    return _advertise_from_text(value)
+
+
+INTEGER = ValueKind(_int_from_text, _int_from_value)
+BOOLEAN = ValueKind(_bool_from_text, _bool_from_value)
+DIRECTORY = ValueKind(_path_from_text, _path_from_value)
+LISTEN_ADDRESS = ValueKind(_listen_from_text, _listen_from_value)
+ADVERTISED_ADDRESS = ValueKind(_advertise_from_text, _advertise_from_value)
+
+
+def _flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# --- The table ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SettingSpec:
+    """One setting: its kind, its Kafka counterpart (None when Kafka has none) and bounds.
+
+    ``minimum`` and ``maximum`` apply to integers only and are inclusive.
+    """
+
+    name: str
+    kind: ValueKind
+    kafka_name: str | None
+    meaning: str
+    minimum: int | None = None
+    maximum: int | None = None
+
+    @property
+    def env_var(self) -> str:
+        """The environment variable that sets it: ``WEIRMQ_`` and the upper-case name."""
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        """How error messages name the command-line flag that sets it."""
+        return _flag_of(self.name)
+
+    def from_text(self, text: str) -> object:
+        """The value that ``text`` means, checked against the bounds."""
+        return self._bounded(self.kind.from_text(text))
+
+    def from_value(self, value: object) -> object:
+        """``value`` checked for type and bounds (a ``str`` path becomes a ``Path``)."""
+        return self._bounded(self.kind.from_value(value))
+
+    def _bounded(self, value: object) -> object:
+        if not isinstance(value, int):  # bools are ints, but no boolean setting has bounds
+            return value
+        if self.minimum is not None and value < self.minimum:
+            raise _InvalidValue(f"must be at least {self.minimum}, got {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise _InvalidValue(f"must be at most {self.maximum}, got {value}")
+        return value
+
+
+# fmt: off
+# Kept as rows, not one argument per line: it is read as a table.
+SETTING_SPECS: tuple[SettingSpec, ...] = (
+    SettingSpec(
+        "listen", LISTEN_ADDRESS, "listeners",
+        "HOST:PORT of the Kafka listener; port 0 picks a free port",
+    ),
+    SettingSpec(
+        "advertise", ADVERTISED_ADDRESS, "advertised.listeners",
+        "HOST:PORT given to clients in Metadata; unset means the address actually bound",
+    ),
+    SettingSpec("data_dir", DIRECTORY, "log.dirs", "directory holding the partition logs"),
+    SettingSpec(
+        "node_id", INTEGER, "node.id", "this broker's id in Metadata",
+        minimum=0, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "max_request_bytes", INTEGER, "socket.request.max.bytes",
+        "largest request accepted; a bigger one closes the connection",
+        minimum=1024, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "max_in_flight_requests", INTEGER, None,
+        "requests read ahead of their responses per connection; reading pauses at this many",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "idle_timeout_ms", INTEGER, "connections.max.idle.ms",
+        "a connection with no traffic for this long is closed",
+        minimum=1, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "auto_create_topics", BOOLEAN, "auto.create.topics.enable",
+        "create a topic when a client asks for one that does not exist",
+    ),
+    SettingSpec(
+        "default_partitions", INTEGER, "num.partitions",
+        "partitions of an auto-created topic",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "message_max_bytes", INTEGER, "message.max.bytes",
+        "largest record batch accepted",
+        minimum=64, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "segment_bytes", INTEGER, "log.segment.bytes",
+        "a segment file is rolled before it grows past this",
+        minimum=1024, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "retention_ms", INTEGER, "log.retention.ms",
+        "segments older than this are deleted; -1 keeps them forever",
+        minimum=-1, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "retention_bytes", INTEGER, "log.retention.bytes",
+        "oldest segments are deleted while a partition is larger; -1 means no limit",
+        minimum=-1, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "flush_interval_ms", INTEGER, "log.flush.interval.ms",
+        "how often data acknowledged with acks=0 or acks=1 is fsynced",
+        minimum=1, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "housekeeping_interval_ms", INTEGER, "log.retention.check.interval.ms",
+        "how often retention is applied",
+        minimum=1, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "handles_max", INTEGER, None,
+        "segment files kept open at most; the least recently used are closed",
+        minimum=8, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "producer_id_expiration_ms", INTEGER, "producer.id.expiration.ms",
+        "a producer id idle for this long is forgotten",
+        minimum=1, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "shutdown_timeout_ms", INTEGER, None,
+        "on stop, how long in-flight requests get to finish",
+        minimum=0, maximum=INT64_MAX,
+    ),
+)
+# fmt: on
+
+SPECS_BY_NAME: Mapping[str, SettingSpec] = {spec.name: spec for spec in SETTING_SPECS}
+_SPECS_BY_ENV_VAR: Mapping[str, SettingSpec] = {spec.env_var: spec for spec in SETTING_SPECS}
+
+
+# --- The settings ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a broker is configured with. Build it with ``load_settings``.
+
+    Each field is one row of ``SETTING_SPECS``, which holds its bounds and Kafka name.
+    """
+
+    listen: str = "127.0.0.1:9092"
+    """HOST:PORT of the Kafka listener; port 0 picks a free port."""
+    advertise: str | None = None
+    """HOST:PORT given to clients in Metadata; None means the listen address as bound."""
+    data_dir: Path = Path("./weirmq-data")
+    """Directory of the partition logs; a relative path is relative to the working directory."""
+    node_id: int = 0
+    """node.id."""
+    max_request_bytes: int = 104857600
+    """socket.request.max.bytes."""
+    max_in_flight_requests: int = 64
+    """Per connection; reading pauses at this many requests without a response."""
+    idle_timeout_ms: int = 600000
+    """connections.max.idle.ms."""
+    auto_create_topics: bool = True
+    """auto.create.topics.enable."""
+    default_partitions: int = 1
+    """num.partitions."""
+    message_max_bytes: int = 1048588
+    """message.max.bytes: the largest record batch."""
+    segment_bytes: int = 1073741824
+    """log.segment.bytes."""
+    retention_ms: int = 604800000
+    """log.retention.ms; -1 is unlimited."""
+    retention_bytes: int = -1
+    """log.retention.bytes; -1 is unlimited."""
+    flush_interval_ms: int = 1000
+    """How often data acknowledged with acks=0 or acks=1 is fsynced."""
+    housekeeping_interval_ms: int = 300000
+    """log.retention.check.interval.ms."""
+    handles_max: int = 256
+    """Segment files open at most."""
+    producer_id_expiration_ms: int = 86400000
+    """producer.id.expiration.ms."""
+    shutdown_timeout_ms: int = 4000
+    """How long in-flight requests get to finish on a graceful stop."""
+
+    def __post_init__(self) -> None:
+        for spec in SETTING_SPECS:
+            value = getattr(self, spec.name)
+            checked = _checked(spec, value, "passed to Settings()", parse_strings=False)
+            if checked is not value:  # a str data_dir became a Path
+                object.__setattr__(self, spec.name, checked)
+
+    def listen_address(self) -> tuple[str, int]:
+        """``listen`` split into host (IPv6 without brackets) and port."""
+        return parse_host_port(self.listen)
+
+
+# The table and the dataclass must not drift apart: a field without a row would be unloadable.
+assert tuple(spec.name for spec in SETTING_SPECS) == tuple(f.name for f in fields(Settings))
+
+
+# --- Loading --------------------------------------------------------------------------------
+
+
+def load_settings(
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Settings from the defaults, a TOML file, the environment and overrides, in that order.
+
+    ``config_file`` None means the file named by ``WEIRMQ_CONFIG``, or no file. ``environ``
+    None means ``os.environ``. Overrides are keyed by setting name; a None value is a flag
+    that was not given and is skipped. Raises ``SettingsError`` on the first unknown or
+    invalid setting, or naming the file if it cannot be read or parsed.
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    file_and_origin = _config_file(config_file, environ)
+    if file_and_origin is not None:
+        values.update(_file_layer(*file_and_origin))
+    values.update(_environment_layer(environ))
+    values.update(_override_layer(overrides or {}))
+    return Settings(**values)
+
+
+def _config_file(config_file: Path | None, environ: Mapping[str, str]) -> tuple[Path, str] | None:
+    """The file to read and, for error messages, who named it."""
+    if config_file is not None:
+        return config_file, ""
+    # An empty WEIRMQ_CONFIG is how a shell clears it (`WEIRMQ_CONFIG= weirmq serve`).
+    named = environ.get(CONFIG_FILE_ENV_VAR, "")
+    if not named:
+        return None
+    return Path(named), f" (named by {CONFIG_FILE_ENV_VAR})"
+
+
+def _file_layer(path: Path, origin: str) -> dict[str, object]:
+    source = f"in {path}"
+    values: dict[str, object] = {}
+    for key, value in _read_toml(path, origin).items():
+        spec = SPECS_BY_NAME.get(key)
+        if spec is None:
+            raise _unknown(key, source, _quoted_name)
+        values[key] = _checked(spec, value, source, parse_strings=False)
+    return values
+
+
+def _read_toml(path: Path, origin: str) -> dict[str, Any]:
+    named = f"config file {path}{origin}"
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except FileNotFoundError as error:
+        raise SettingsError(f"{named} does not exist") from error
+    except OSError as error:
+        raise SettingsError(f"cannot read {named}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise SettingsError(f"{named} is not valid UTF-8: {error.reason}") from error
+    except tomllib.TOMLDecodeError as error:
+        raise SettingsError(f"{named} is not valid TOML: {error}") from error
+
+
+def _environment_layer(environ: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for var in sorted(environ):  # sorted: the same environment always reports the same error
+        if not var.startswith(ENV_PREFIX) or var == CONFIG_FILE_ENV_VAR:
+            continue
+        source = f"from environment variable {var}"
+        spec = _SPECS_BY_ENV_VAR.get(var)  # exact: WEIRMQ_node_id is not WEIRMQ_NODE_ID
+        if spec is None:
+            raise _unknown(var.removeprefix(ENV_PREFIX).lower(), source, _env_var)
+        values[spec.name] = _checked(spec, environ[var], source, parse_strings=True)
+    return values
+
+
+def _override_layer(overrides: Mapping[str, object]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for key, value in overrides.items():
+        if value is None:  # a flag that was not given
+            continue
+        source = f"from command-line flag {_flag_of(key)}"
+        spec = SPECS_BY_NAME.get(key)
+        if spec is None:
+            raise _unknown(key, source, _flag)
+        values[key] = _checked(spec, value, source, parse_strings=True)
+    return values
+
+
+def _checked(spec: SettingSpec, value: object, source: str, *, parse_strings: bool) -> object:
+    """``value`` made ready for ``spec``, or a SettingsError naming the setting and source."""
+    try:
+        if parse_strings and isinstance(value, str):
+            return spec.from_text(value)
+        return spec.from_value(value)
+    except _InvalidValue as error:
+        raise SettingsError(f"setting {spec.name!r} {source}: {error}") from None
+
+
+def _quoted_name(spec: SettingSpec) -> str:
+    return repr(spec.name)
+
+
+def _env_var(spec: SettingSpec) -> str:
+    return spec.env_var
+
+
+def _flag(spec: SettingSpec) -> str:
+    return spec.flag
+
+
+def _unknown(name: str, source: str, spell: Callable[[SettingSpec], str]) -> SettingsError:
+    """The error for an unknown setting, with the closest known one spelled as ``source`` does."""
+    close = difflib.get_close_matches(name.lower(), SPECS_BY_NAME, n=1)
+    hint = f" (did you mean {spell(SPECS_BY_NAME[close[0]])}?)" if close else ""
+    return SettingsError(f"unknown setting {name!r} {source}{hint}")
+
+
+# --- Addresses ------------------------------------------------------------------------------
+
+# Host names and IPv4 addresses; anything with a colon is IPv6 and must be bracketed, or the
+# port could not be told apart from the address.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_PORT_TEXT = re.compile(r"[0-9]{1,5}")
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` or ``[IPv6]:PORT`` into host (without brackets) and port 0..65535.
+
+    Raises ``SettingsError`` saying what is wrong with ``value``.
+    """
+    try:
+        return _split_host_port(value)
+    except _InvalidValue as error:
+        raise SettingsError(str(error)) from None
+
+
+def _split_host_port(value: str) -> tuple[str, int]:
+    host, colon, port = value.rpartition(":")
+    if not colon:
+        raise _InvalidValue(f"expected HOST:PORT or [IPv6]:PORT, got {_show(value)}")
+    return _parse_host(host, value), _parse_port(port, value)
+
+
+def _parse_host(host: str, value: str) -> str:
+    if host.startswith("[") and host.endswith("]"):
+        return _parse_ipv6(host[1:-1], value)
+    if ":" in host or "[" in host or "]" in host:
+        raise _InvalidValue(
+            f"an IPv6 address goes in brackets, as in [::1]:9092; got {_show(value)}"
+        )
+    if _HOST_NAME.fullmatch(host) is None:
+        raise _InvalidValue(
+            f"expected a host name or IP address before the port, got {_show(value)}"
+        )
+    return host
+
+
+def _parse_ipv6(address: str, value: str) -> str:
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        raise _InvalidValue(f"expected an IPv6 address in brackets, got {_show(value)}") from None
+    return address
+
+
+def _parse_port(port: str, value: str) -> int:
+    if _PORT_TEXT.fullmatch(port) is None or int(port) > PORT_MAX:
+        expected = f"expected a port number 0..{PORT_MAX} after the colon"
+        raise _InvalidValue(f"{expected}, got {_show(value)}")
+    return int(port)

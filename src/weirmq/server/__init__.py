@@ -1,0 +1,1 @@
+"""The asyncio shell around the broker: listener, connections, running and stopping."""

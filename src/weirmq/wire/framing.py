@@ -1,0 +1,183 @@
+"""Kafka's framing and request/response headers, without any I/O.
+
+Every Kafka request and response travels as a frame: a 4-byte big-endian signed size, then
+that many bytes. A request frame opens with a header:
+
+    api_key int16 | api_version int16 | correlation_id int32 | client_id nullable string
+    [ tagged fields ]            (header v2: only when the request version is flexible)
+
+and a response frame with the correlation id of the request it answers, followed by an
+empty tagged-field section (a single 0 byte) when the response is flexible (header v1).
+ApiVersions responses always use header v0, whatever their version: a client must be able
+to read the answer before it knows which versions the broker speaks.
+
+`FrameReader` has the shape of `asyncio.BufferedProtocol` (`get_buffer` and
+`buffer_updated`) so the server can hand the kernel our own memory and nothing is copied
+twice. Small frames are read many at a time into one scratch buffer and sliced out of it;
+a frame larger than the scratch buffer gets its own buffer of exactly its size, filled in
+place by the kernel. A size that is negative, zero or over the limit is a `FrameError`:
+the connection cannot be resynchronised after a bad size, so the caller closes it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
+_CORRELATION = struct.Struct(">i")
+
+SCRATCH_BYTES = 64 * 1024
+"""Frames up to this size are read in bulk into one reused buffer."""
+_MIN_ROOM = 4096
+"""Compact the scratch buffer when less than this is left to read into."""
+
+
+class FrameError(Exception):
+    """The byte stream is not Kafka framing any more: close the connection."""
+
+
+class FrameReader:
+    """Splits a byte stream into frames; see the module docstring."""
+
+    def __init__(self, max_frame_bytes: int, scratch_bytes: int = SCRATCH_BYTES) -> None:
+        assert max_frame_bytes > 0 and scratch_bytes >= 2 * _MIN_ROOM
+        self.max_frame_bytes = max_frame_bytes
+        self._scratch = bytearray(scratch_bytes)
+        self._start = 0  # first unconsumed byte in the scratch buffer
+        self._end = 0  # one past the last received byte in the scratch buffer
+        self._big: bytearray | None = None  # the body of one large frame, being filled
+        self._big_filled = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return self._end - self._start + self._big_filled
+
+    def get_buffer(self, _sizehint: int = -1) -> memoryview:
+        """Memory the next received bytes should be written into."""
+        if self._big is not None:
+            return memoryview(self._big)[self._big_filled :]
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif len(self._scratch) - self._end < _MIN_ROOM:
+            pending = self._end - self._start
+            self._scratch[:pending] = self._scratch[self._start : self._end]
+            self._start, self._end = 0, pending
+        return memoryview(self._scratch)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> list[bytes | memoryview]:
+        """Account for `nbytes` written into the last buffer; returns the completed frames
+        (bodies without the size prefix, read-only). Raises `FrameError` on a bad size."""
+        frames: list[bytes | memoryview] = []
+        if self._big is not None:
+            self._big_filled += nbytes
+            if self._big_filled < len(self._big):
+                return frames
+            frames.append(memoryview(self._big).toreadonly())
+            self._big, self._big_filled = None, 0
+            return frames
+        self._end += nbytes
+        self._split(frames)
+        return frames
+
+    def _split(self, frames: list[bytes | memoryview]) -> None:
+        scratch = self._scratch
+        while self._end - self._start >= 4:
+            (size,) = SIZE.unpack_from(scratch, self._start)
+            if size <= 0 or size > self.max_frame_bytes:
+                raise FrameError(
+                    f"frame size {size} outside 1..{self.max_frame_bytes} "
+                    "(socket.request.max.bytes)"
+                )
+            body = self._start + 4
+            if self._end - body >= size:
+                frames.append(bytes(scratch[body : body + size]))
+                self._start = body + size
+                continue
+            if size > len(scratch) - _MIN_ROOM:
+                # Too large for the scratch buffer: give it a buffer of its own.
+                self._big = bytearray(size)
+                have = self._end - body
+                self._big[:have] = scratch[body : self._end]
+                self._big_filled = have
+                self._start = self._end = 0
+            return
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+    """Where the request body starts in the frame."""
+
+
+class HeaderError(Exception):
+    """The frame is too short or malformed to hold a request header."""
+
+
+def parse_request_header(
+    frame: bytes | memoryview, is_flexible: Callable[[int, int], bool]
+) -> RequestHeader:
+    """Parse the header of a request frame. `is_flexible(api_key, version)` says whether
+    the header carries tagged fields (header v2); it is asked only for known APIs."""
+    if len(frame) < _HEADER.size:
+        raise HeaderError(f"a request header needs {_HEADER.size} bytes, frame has {len(frame)}")
+    api_key, api_version, correlation_id, client_len = _HEADER.unpack_from(frame, 0)
+    position = _HEADER.size
+    client_id: str | None = None
+    if client_len >= 0:
+        end = position + client_len
+        if end > len(frame):
+            raise HeaderError("client_id runs past the end of the frame")
+        try:
+            client_id = bytes(frame[position:end]).decode()
+        except UnicodeDecodeError as exc:
+            raise HeaderError("client_id is not UTF-8") from exc
+        position = end
+    elif client_len != -1:
+        raise HeaderError(f"client_id length {client_len}")
+    if is_flexible(api_key, api_version):
+        position = skip_tagged_fields(frame, position)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, position)
+
+
+def read_uvarint(buf: bytes | memoryview, position: int) -> tuple[int, int]:
+    """An unsigned varint at `position`; returns (value, next position)."""
+    value = 0
+    shift = 0
+    while True:
+        if position >= len(buf):
+            raise HeaderError("varint runs past the end of the frame")
+        byte = buf[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+        if shift > 28:
+            raise HeaderError("varint longer than 5 bytes")
+
+
+def skip_tagged_fields(buf: bytes | memoryview, position: int) -> int:
+    count, position = read_uvarint(buf, position)
+    for _ in range(count):
+        _tag, position = read_uvarint(buf, position)
+        size, position = read_uvarint(buf, position)
+        position += size
+        if position > len(buf):
+            raise HeaderError("tagged field runs past the end of the frame")
+    return position
+
+
+def response_prefix(correlation_id: int, body_bytes: int, *, flexible_header: bool) -> bytes:
+    """Size and header of a response whose body (`body_bytes` long) follows separately,
+    so a large body is never copied just to put a header in front of it."""
+    if flexible_header:  # header v1: correlation id, then no tagged fields
+        return SIZE.pack(5 + body_bytes) + _CORRELATION.pack(correlation_id) + b"\x00"
+    return SIZE.pack(4 + body_bytes) + _CORRELATION.pack(correlation_id)
