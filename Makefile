@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 # Directories ruff checks; bench/ may not exist in every checkout.
 LINT_DIRS := $(wildcard src tests bench)
 
-.PHONY: venv system-deps test check run bench-storage clean
+.PHONY: venv system-deps test check run bench-storage bench-broker clean
 
 venv: $(INSTALL_STAMP)
 
@@ -64,6 +64,9 @@ run: venv
 
 bench-storage: venv
 	$(VENV_PYTHON) -m bench.storage $(BENCH_ARGS)
+
+bench-broker: venv
+	$(VENV_PYTHON) -m bench.broker $(BENCH_ARGS)
 
 # Leaves weirmq-data/ and bench/results/ alone: those are data, not build output.
 clean:
