@@ -13,7 +13,8 @@ answers at once: waiting would only delay the client's recovery.
 
 Fetch sessions (KIP-227) are declined the standard way: a full fetch is answered with
 session id 0, which tells the client that no session was created, so it keeps sending full
-fetches. An incremental fetch for a session id we never gave out gets
+fetches. A full fetch naming a session (epoch 0 or -1 with a session id) is served as a
+full fetch, as Kafka does after closing that session; an incremental fetch (epoch > 0) gets
 FETCH_SESSION_ID_NOT_FOUND, and the client starts over with a full fetch.
 
 Offsets outside [log start, log end] get OFFSET_OUT_OF_RANGE together with the log start
@@ -36,7 +37,8 @@ from .core import LEADER_EPOCH, Broker
 FETCH_WAIT_MAX_MS = 30_000
 """Cap on a client's max_wait_ms, so a long poll never outlives typical request timeouts."""
 _NO_SESSION = 0
-_FINAL_EPOCH = -1
+_INITIAL_EPOCH = 0  # a full fetch that asks for a new session (closing any it names)
+_FINAL_EPOCH = -1  # a full fetch without a session (closing any it names)
 
 
 class _Partition:
@@ -53,12 +55,10 @@ class _Partition:
 def handle_fetch(
     broker: Broker, request: Any, version: int
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-    session_id = int(getattr(request, "session_id", 0))
     session_epoch = int(getattr(request, "session_epoch", _FINAL_EPOCH))
-    if session_id != _NO_SESSION:
+    if session_epoch not in (_INITIAL_EPOCH, _FINAL_EPOCH):
+        # An incremental fetch: whatever its session id, we hold no such session.
         return _top_level_error(ErrorCode.fetch_session_id_not_found)
-    if session_epoch not in (0, _FINAL_EPOCH):
-        return _top_level_error(ErrorCode.invalid_fetch_session_epoch)
     result, found_bytes, failed = _read_all(broker, request)
     max_wait_ms = min(int(request.max_wait.total_seconds() * 1000), FETCH_WAIT_MAX_MS)
     if failed or found_bytes >= int(request.min_bytes) or max_wait_ms <= 0 or broker.closing:
@@ -105,12 +105,16 @@ def _read_one(
     if current_epoch > LEADER_EPOCH:
         partition.error = ErrorCode.unknown_leader_epoch
         return
-    partition.high_watermark = partition_log.log_end_offset
-    partition.log_start_offset = partition_log.log_start_offset
+    start, end = partition_log.log_start_offset, partition_log.log_end_offset
+    partition.high_watermark, partition.log_start_offset = end, start
+    offset = int(wanted.fetch_offset)
+    if not start <= offset <= end:  # checked before the byte budget, as Kafka does
+        partition.error = ErrorCode.offset_out_of_range
+        return
     if limit <= 0 and not first:
         return
     try:
-        read = partition_log.read(int(wanted.fetch_offset), max(limit, 1))
+        read = partition_log.read(offset, max(limit, 1))
     except OffsetOutOfRangeError:
         partition.error = ErrorCode.offset_out_of_range
         return

@@ -9,7 +9,7 @@ synchronous here. Which topics a request means:
 
     v0        an empty list means every topic
     v1+       null means every topic, an empty list none
-    v10+      a topic may be named by id instead of name
+    v12+      a topic may be named by id instead of name (v10-11: INVALID_REQUEST)
 
 InitProducerId without a transactional id gives an idempotent producer a fresh producer
 id at epoch 0, as Kafka does (an id is never reused; see `topics.ProducerIdAllocator`).
@@ -24,6 +24,8 @@ from ..wire.errors import ErrorCode, KafkaError
 from .core import LEADER_EPOCH, Broker
 from .topics import Topic
 
+TOPIC_ID_LOOKUP_VERSION = 12
+"""Metadata versions below this have a topic id field but cannot look topics up by it."""
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 """Kafka's value for "not requested" in the authorized-operations fields."""
 # Every topic operation (Kafka's AclOperation codes 3..11 without CLUSTER_ACTION 9 and
@@ -40,7 +42,7 @@ def handle_metadata(broker: Broker, request: Any, version: int) -> dict[str, Any
         topics = [_describe(broker, t) for t in broker.topics]
     else:
         allow = bool(getattr(request, "allow_auto_topic_creation", True))
-        topics = [_lookup(broker, entry, allow) for entry in wanted]
+        topics = [_lookup(broker, entry, allow, version) for entry in wanted]
     include_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
     include_cluster_ops = bool(getattr(request, "include_cluster_authorized_operations", False))
     for topic in topics:
@@ -60,10 +62,12 @@ def handle_metadata(broker: Broker, request: Any, version: int) -> dict[str, Any
     }
 
 
-def _lookup(broker: Broker, entry: Any, allow_auto_create: bool) -> dict[str, Any]:
+def _lookup(broker: Broker, entry: Any, allow_auto_create: bool, version: int) -> dict[str, Any]:
     name = getattr(entry, "name", None)
     topic_id = getattr(entry, "topic_id", None)
     if name is None:
+        if version < TOPIC_ID_LOOKUP_VERSION:  # v10-11 carry ids but cannot name by them
+            return _error(ErrorCode.invalid_request, "", None)
         found = broker.topics.by_id(topic_id) if topic_id is not None else None
         if found is None:
             return _error(ErrorCode.unknown_topic_id, None, topic_id)

@@ -14,8 +14,10 @@ once (the data is in the OS; the flush interval bounds its exposure), all (-1) i
 once the group commit has fsynced the partition up to the batch. A failed fsync answers
 KAFKA_STORAGE_ERROR for that partition only.
 
-Idempotent produce requests carry exactly one batch per partition (Kafka refuses more with
-INVALID_RECORD), because a duplicate must be a whole request's worth of one batch.
+A produce request (v3+) carries exactly one batch per partition; Kafka refuses anything else
+with INVALID_RECORD, and so do we. Validation (framing, CRC, sizes) comes before the
+idempotence check, so a retry corrupted on the way is refused rather than taken for a
+duplicate.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from ..storage.errors import StorageError
 from ..storage.log import FileLog
 from ..wire.errors import ErrorCode, KafkaError
-from ..wire.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, InvalidRecordError, parse_header
+from ..wire.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, validate_batches
 from .core import Broker
 from .producers import last_sequence
 
@@ -85,7 +87,7 @@ def _append(broker: Broker, topic_name: str, data: Any, acks: int, outcome: _Out
             return
         records = data.records
         if not records:
-            raise InvalidRecordError("produce request without records")
+            raise _NotOneBatch("a produce request must carry exactly one batch, got none")
         outcome.log_start_offset = partition_log.log_start_offset
         tp = (topic_name, partition)
         last_offset = _append_checked(broker, tp, partition_log, records, outcome)
@@ -102,17 +104,20 @@ def _append_checked(
     broker: Broker, tp: tuple[str, int], partition_log: FileLog, records: bytes, outcome: _Outcome
 ) -> int:
     """Append `records` (after the idempotence check); returns the last offset answered."""
-    header = parse_header(records) if len(records) >= 61 else None
-    if header is not None and header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
+    # Validate first (framing, CRC, sizes): a corrupted retry must get CORRUPT_MESSAGE,
+    # not the original batch's offsets.
+    headers = validate_batches(records, max_batch_bytes=partition_log.config.max_message_bytes)
+    if len(headers) != 1:
+        raise _NotOneBatch(f"a produce request must carry exactly one batch, got {len(headers)}")
+    (header,) = headers
+    if header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
         raise _TransactionsUnsupported("transactional batches are not supported yet")
-    if header is None or header.producer_id < 0:
+    if header.producer_id < 0:
         info = partition_log.append(records, leader_epoch=0)
         broker.appended(tp)
         outcome.base_offset = info.base_offset
         outcome.log_append_time_ms = info.log_append_time_ms
         return info.last_offset
-    if header.size != len(records):
-        raise InvalidRecordError("an idempotent produce must carry exactly one batch")
     producers = broker.partition_producers(tp)
     first_seq = header.base_sequence
     last_seq = last_sequence(first_seq, header.last_offset_delta)
@@ -134,6 +139,12 @@ def _append_checked(
     outcome.base_offset = info.base_offset
     outcome.log_append_time_ms = info.log_append_time_ms
     return info.last_offset
+
+
+class _NotOneBatch(KafkaError):
+    """Produce v3+ carries exactly one batch per partition (Kafka: INVALID_RECORD)."""
+
+    code = ErrorCode.invalid_record
 
 
 class _TransactionsUnsupported(KafkaError):
