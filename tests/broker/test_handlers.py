@@ -162,8 +162,9 @@ def decode_reply(api_key: int, version: int, reply: Reply | None) -> Any:
     assert correlation_id == CORRELATION_ID
     flexible_header = cls.__header_schema__.__flexible__
     assert reply.prefix[8:] == (b"\x00" if flexible_header else b"")
-    response, end = entity_reader(cls)(reply.body, 0)
-    assert end == len(reply.body), "trailing bytes after the response"
+    body = b"".join(reply.body)
+    response, end = entity_reader(cls)(body, 0)
+    assert end == len(body), "trailing bytes after the response"
     return response
 
 

@@ -160,7 +160,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert self.transport is not None
         self.last_activity = self.server.loop.time()
         self.transport.write(reply.prefix)
-        self.transport.write(reply.body)
+        for part in reply.body:
+            self.transport.write(part)
 
     def _update_reading(self) -> None:
         if self.transport is None or self._closing:

@@ -54,7 +54,9 @@ class FrameReader:
     @property
     def buffered_bytes(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return self._end - self._start + self._big_filled
+        if self._big is not None:  # its 4 size bytes are consumed but the frame is pending
+            return 4 + self._big_filled
+        return self._end - self._start
 
     def get_buffer(self, _sizehint: int = -1) -> memoryview:
         """Memory the next received bytes should be written into."""

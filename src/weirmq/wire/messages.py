@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
@@ -30,6 +31,8 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+
+from .bounds import BoundsError, check_bounds
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -88,9 +91,16 @@ def _writer(cls: type[Any]) -> Callable[[Any, Any], None]:
 
 
 def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
-    """The request body of `frame` from `offset`, as kio's dataclass for that version."""
+    """The request body of `frame` from `offset`, as kio's dataclass for that version.
+
+    The body's lengths are checked against the frame first (`bounds.check_bounds`): kio's
+    native reader would otherwise try to allocate whatever a malformed length claims."""
     cls = request_class(api_key, version)
     buf = frame if isinstance(frame, bytes) else frame.toreadonly()
+    try:
+        check_bounds(cls, buf, offset)
+    except BoundsError as exc:
+        raise DecodeError(f"malformed {cls.__name__} v{version}: {exc}") from exc
     try:
         value, _size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises several types for malformed input
@@ -132,7 +142,7 @@ def _plan(cls: type[Any]) -> tuple[_Field, ...]:
     hints = typing.get_type_hints(cls)
     plan = []
     for f in dataclasses.fields(cls):
-        hint = hints[f.name]
+        hint = _strip_none(hints[f.name])
         nested: type[Any] | None = None
         single: type[Any] | None = None
         if typing.get_origin(hint) is tuple:
@@ -147,6 +157,14 @@ def _plan(cls: type[Any]) -> tuple[_Field, ...]:
     return result
 
 
+def _strip_none(hint: Any) -> Any:
+    """`X | None` -> `X`: a nullable field is built like a required one when not None."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        (inner, *_rest) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return inner
+    return hint
+
+
 def build(cls: type[Any], data: Mapping[str, Any]) -> Any:
     """An instance of kio class `cls` from `data`; see the module docstring."""
     kwargs: dict[str, Any] = {}
@@ -155,7 +173,9 @@ def build(cls: type[Any], data: Mapping[str, Any]) -> Any:
             continue
         value = data[name]
         if nested is not None and value is not None:
-            value = tuple(build(nested, item) for item in value)
+            value = tuple(
+                build(nested, item) if isinstance(item, Mapping) else item for item in value
+            )
         elif single is not None and isinstance(value, Mapping):
             value = build(single, value)
         elif convert is not None:
