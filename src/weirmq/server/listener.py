@@ -38,6 +38,7 @@ from ..wire.framing import FrameError, FrameReader
 log = logging.getLogger(__name__)
 
 _IDLE_CHECK_MAX_S = 30.0
+LISTEN_BACKLOG = 128
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -215,7 +216,10 @@ class KafkaServer:
             host,
             port,
             reuse_address=True,
-            backlog=1024,
+            # asyncio accepts up to `backlog` connections per wake-up; Kafka's default
+            # (socket.listen.backlog.size) is 50. A bounded burst bounds the memory that
+            # clients connecting and leaving faster than we serve them can cost.
+            backlog=LISTEN_BACKLOG,
             family=socket.AF_INET6 if ":" in host else socket.AF_INET,
         )
         bound = self._server.sockets[0].getsockname()

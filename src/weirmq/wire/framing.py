@@ -14,9 +14,11 @@ to read the answer before it knows which versions the broker speaks.
 `FrameReader` has the shape of `asyncio.BufferedProtocol` (`get_buffer` and
 `buffer_updated`) so the server can hand the kernel our own memory and nothing is copied
 twice. Small frames are read many at a time into one scratch buffer and sliced out of it;
-a frame larger than the scratch buffer gets its own buffer of exactly its size, filled in
-place by the kernel. A size that is negative, zero or over the limit is a `FrameError`:
-the connection cannot be resynchronised after a bad size, so the caller closes it.
+a frame larger than the scratch buffer gets its own buffer, filled in place by the kernel,
+which grows (256 KiB, then doubling) as the bytes arrive rather than being reserved whole
+when the size prefix is read: what a client claims costs nothing until it is sent. A size
+that is negative, zero or over the limit is a `FrameError`: the connection cannot be
+resynchronised after a bad size, so the caller closes it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ _CORRELATION = struct.Struct(">i")
 SCRATCH_BYTES = 64 * 1024
 """Frames up to this size are read in bulk into one reused buffer."""
 _MIN_ROOM = 4096
+BIG_INITIAL_BYTES = 256 * 1024
+"""First allocation for a frame larger than the scratch buffer (it doubles from there)."""
 """Compact the scratch buffer when less than this is left to read into."""
 
 
@@ -45,11 +49,15 @@ class FrameReader:
     def __init__(self, max_frame_bytes: int, scratch_bytes: int = SCRATCH_BYTES) -> None:
         assert max_frame_bytes > 0 and scratch_bytes >= 2 * _MIN_ROOM
         self.max_frame_bytes = max_frame_bytes
-        self._scratch = bytearray(scratch_bytes)
+        self._scratch_bytes = scratch_bytes
+        # Allocated on first use: a connection that never sends costs no buffer, and many
+        # connections opened at once (a burst from the accept backlog) cost little.
+        self._scratch = bytearray()
         self._start = 0  # first unconsumed byte in the scratch buffer
         self._end = 0  # one past the last received byte in the scratch buffer
         self._big: bytearray | None = None  # the body of one large frame, being filled
         self._big_filled = 0
+        self._big_size = 0  # the size the large frame's prefix announced
 
     @property
     def buffered_bytes(self) -> int:
@@ -61,7 +69,13 @@ class FrameReader:
     def get_buffer(self, _sizehint: int = -1) -> memoryview:
         """Memory the next received bytes should be written into."""
         if self._big is not None:
+            if self._big_filled == len(self._big):  # grown as the bytes actually arrive
+                grown = bytearray(min(self._big_size, 2 * len(self._big)))
+                grown[: self._big_filled] = self._big
+                self._big = grown
             return memoryview(self._big)[self._big_filled :]
+        if not self._scratch:
+            self._scratch = bytearray(self._scratch_bytes)
         if self._start == self._end:
             self._start = self._end = 0
         elif len(self._scratch) - self._end < _MIN_ROOM:
@@ -76,7 +90,7 @@ class FrameReader:
         frames: list[bytes | memoryview] = []
         if self._big is not None:
             self._big_filled += nbytes
-            if self._big_filled < len(self._big):
+            if self._big_filled < self._big_size:
                 return frames
             frames.append(memoryview(self._big).toreadonly())
             self._big, self._big_filled = None, 0
@@ -100,8 +114,11 @@ class FrameReader:
                 self._start = body + size
                 continue
             if size > len(scratch) - _MIN_ROOM:
-                # Too large for the scratch buffer: give it a buffer of its own.
-                self._big = bytearray(size)
+                # Too large for the scratch buffer: give it a buffer of its own, which
+                # starts small and doubles as bytes arrive, so that 4 bytes claiming
+                # 100 MiB cost 256 KiB, not 100 MiB, until the client really sends them.
+                self._big = bytearray(min(size, BIG_INITIAL_BYTES))
+                self._big_size = size
                 have = self._end - body
                 self._big[:have] = scratch[body : self._end]
                 self._big_filled = have
