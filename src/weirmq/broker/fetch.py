@@ -49,7 +49,7 @@ class _Partition:
         self.error = ErrorCode.none
         self.high_watermark = -1
         self.log_start_offset = -1
-        self.records: bytes = b""
+        self.records: bytes | memoryview = b""
 
 
 def handle_fetch(
@@ -124,7 +124,7 @@ def _read_one(
     records = read.records
     if len(records) > limit and not first:
         return  # its first batch does not fit what is left; it comes in a later fetch
-    partition.records = records if isinstance(records, bytes) else bytes(records)
+    partition.records = records  # written to the socket as is, never copied
     partition.high_watermark = read.log_end_offset
     partition.log_start_offset = read.log_start_offset
 

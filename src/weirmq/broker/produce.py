@@ -113,7 +113,7 @@ def _append_checked(
     if header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
         raise _TransactionsUnsupported("transactional batches are not supported yet")
     if header.producer_id < 0:
-        info = partition_log.append(records, leader_epoch=0)
+        info = partition_log.append(records, leader_epoch=0, validated=headers)
         broker.appended(tp)
         outcome.base_offset = info.base_offset
         outcome.log_append_time_ms = info.log_append_time_ms
@@ -125,7 +125,7 @@ def _append_checked(
     if duplicate is not None:
         outcome.base_offset = duplicate.first_offset
         return duplicate.last_offset
-    info = partition_log.append(records, leader_epoch=0)
+    info = partition_log.append(records, leader_epoch=0, validated=headers)
     producers.record(
         header.producer_id,
         header.producer_epoch,

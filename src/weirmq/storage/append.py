@@ -8,11 +8,13 @@ its sparse indexes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..wire.records import (
     NO_TIMESTAMP,
+    BatchHeader,
     RecordListTooLargeError,
     patch_header,
     set_log_append_time,
@@ -56,9 +58,18 @@ def prepare_append(
     leader_epoch: int,
     config: LogConfig,
     now_ms: int,
+    validated: Sequence[BatchHeader] | None = None,
 ) -> PreparedAppend:
-    """Validate and offset-stamp `records`; raises the Kafka error on bad input."""
-    headers = validate_batches(records, max_batch_bytes=config.max_message_bytes)
+    """Validate and offset-stamp `records`; raises the Kafka error on bad input.
+
+    `validated` is what `validate_batches` already returned for these very bytes with this
+    log's `max_message_bytes` (the produce path validates before its idempotence check);
+    passing it saves a second header walk and CRC pass over every batch."""
+    headers = (
+        validate_batches(records, max_batch_bytes=config.max_message_bytes)
+        if validated is None
+        else validated
+    )
     if len(records) > config.segment_bytes:
         raise RecordListTooLargeError(
             f"{len(records)} bytes of batches do not fit a segment of {config.segment_bytes}"

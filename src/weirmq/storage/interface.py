@@ -12,9 +12,11 @@ stable storage.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from ..wire.records import BatchHeader
 
 Clock = Callable[[], int]
 """Wall-clock milliseconds, injected so tests can step time."""
@@ -65,9 +67,16 @@ class PartitionLog(Protocol):
     def offline_reason(self) -> str | None: ...
 
     def append(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = 0,
+        validated: Sequence[BatchHeader] | None = None,
     ) -> AppendInfo:
-        """Validate producer batches, assign offsets, write them; all or nothing."""
+        """Validate producer batches, assign offsets, write them; all or nothing.
+
+        `validated`: the headers `validate_batches` returned for `records` with this log's
+        `max_message_bytes`, when the caller already validated them."""
         ...
 
     def read(self, offset: int, max_bytes: int) -> ReadResult:

@@ -36,8 +36,10 @@ import logging
 import os
 import threading
 from bisect import bisect_right
+from collections.abc import Sequence
 from pathlib import Path
 
+from ..wire.records import BatchHeader
 from .append import prepare_append
 from .config import LogConfig
 from .errors import DiskFullError, LogOfflineError, OffsetOutOfRangeError, StorageError
@@ -137,7 +139,11 @@ class FileLog:
     # --- appending --------------------------------------------------------------------
 
     def append(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = 0,
+        validated: Sequence[BatchHeader] | None = None,
     ) -> AppendInfo:
         self._check_online()
         now = self._clock()
@@ -147,6 +153,7 @@ class FileLog:
             leader_epoch=leader_epoch,
             config=self.config,
             now_ms=now,
+            validated=validated,
         )
         segment = self._segments[-1]
         if should_roll(

@@ -10,9 +10,10 @@ after it, the way a power cut drops unflushed writes.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..wire.records import record_timestamps
+from ..wire.records import BatchHeader, record_timestamps
 from .append import prepare_append
 from .config import LogConfig
 from .errors import OffsetOutOfRangeError
@@ -79,7 +80,11 @@ class MemoryLog:
         return None
 
     def append(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int = 0
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = 0,
+        validated: Sequence[BatchHeader] | None = None,
     ) -> AppendInfo:
         now = self._clock()
         prepared = prepare_append(
@@ -88,6 +93,7 @@ class MemoryLog:
             leader_epoch=leader_epoch,
             config=self.config,
             now_ms=now,
+            validated=validated,
         )
         if should_roll(
             self._segments[-1],

@@ -27,6 +27,8 @@ import types
 import typing
 from typing import Any, NamedTuple
 
+from .framing import HeaderError, read_uvarint
+
 _FIXED_BYTES = {
     "bool": 1,
     "int8": 1,
@@ -172,18 +174,10 @@ def _length(
 
 
 def _uvarint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end:
-            raise BoundsError("varint runs past the end")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise BoundsError("varint longer than 5 bytes")
+    try:
+        return read_uvarint(buf, pos, end)
+    except HeaderError as exc:
+        raise BoundsError(str(exc)) from exc
 
 
 def _need(size: int, pos: int, end: int) -> int:

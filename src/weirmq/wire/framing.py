@@ -166,12 +166,15 @@ def parse_request_header(
     return RequestHeader(api_key, api_version, correlation_id, client_id, position)
 
 
-def read_uvarint(buf: bytes | memoryview, position: int) -> tuple[int, int]:
-    """An unsigned varint at `position`; returns (value, next position)."""
+def read_uvarint(
+    buf: bytes | memoryview, position: int, end: int | None = None
+) -> tuple[int, int]:
+    """An unsigned varint at `position`, within `buf[:end]`; returns (value, next position)."""
+    end = len(buf) if end is None else end
     value = 0
     shift = 0
     while True:
-        if position >= len(buf):
+        if position >= end:
             raise HeaderError("varint runs past the end of the frame")
         byte = buf[position]
         position += 1
