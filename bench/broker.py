@@ -27,9 +27,7 @@ for the pair. Units: MB = 10**6 bytes. Times are wall clock (``time.perf_counter
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -43,7 +41,8 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+from bench.common import machine_info, save_results
+
 ANNOUNCEMENT = "weirmq: accepting Kafka connections on "
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -145,14 +144,6 @@ def bench_produce(work: Path, messages: int, extra: dict[str, Any]) -> dict[str,
     }
 
 
-def machine_info() -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-    }
-
-
 def report(results: dict[str, Any]) -> str:
     s, i = results["startup"], results["idle"]
     lines = [
@@ -178,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     messages = args.messages or (50_000 if args.quick else 200_000)
+    started = time.strftime("%Y%m%d-%H%M%S")
     work = Path(tempfile.mkdtemp(prefix="weirmq-bench-", dir=Path.cwd()))
     try:
         results = {
@@ -189,10 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(report(results))
-    out = args.json or RESULTS_DIR / f"broker-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"results": results, "machine": machine_info()}, indent=1))
-    print(f"figures written to {out}")
+    document = {"params": {"messages": messages}, "machine": machine_info(), "results": results}
+    print(f"results: {save_results('broker', started, document, args.json)}")
     return 0
 
 

@@ -28,9 +28,6 @@ difference under ~20%.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 import timeit
@@ -38,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.common import machine_info, save_results, table
 from weirmq.wire import fast, messages
 from weirmq.wire.errors import ErrorCode
 
@@ -48,7 +46,6 @@ FULL_ROUNDS = 20
 QUICK_ROUNDS = 5
 FULL_ROUND_S = 0.05
 QUICK_ROUND_S = 0.02
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 # --- inputs ---------------------------------------------------------------------------
@@ -171,27 +168,6 @@ def run(rounds: int, round_s: float, progress: Callable[[str], None]) -> dict[st
 # --- reporting ------------------------------------------------------------------------
 
 
-def machine_info() -> dict[str, Any]:
-    return {
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "python_implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-    }
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Aligned columns: the first left-aligned, the rest right-aligned."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = []
-    for row in [headers, *rows]:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  " + "   ".join(cells))
-    return lines
-
-
 def report(results: dict[str, Any], params: dict[str, Any], machine: dict[str, Any]) -> str:
     out = [
         f"WeirMQ response encoders: us per call, best of {params['rounds']} rounds of "
@@ -244,11 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run(rounds, round_s, lambda step: print(f"... {step}", file=sys.stderr))
     params["run_s"] = time.perf_counter() - begin
     print(report(results, params, machine))
-    json_path = args.json or RESULTS_DIR / f"encoders-{started}.json"
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"started": started, "params": params, "machine": machine, "results": results}
-    json_path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nresults: {json_path}")
+    document = {"params": params, "machine": machine, "results": results}
+    print(f"\nresults: {save_results('encoders', started, document, args.json)}")
     return 0
 
 

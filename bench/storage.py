@@ -41,9 +41,7 @@ trusting a difference of less than ~20%.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -53,6 +51,8 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any
 
+from bench import common
+from bench.common import save_results, table
 from weirmq.storage.config import LogConfig
 from weirmq.storage.handles import HandleCache
 from weirmq.storage.log import FileLog
@@ -77,7 +77,6 @@ GROUP_COMMIT_WAIT_EVERY = 64
 RECOVERY_BATCHES = ("1KB", "16KB")
 RATIO_TARGET = 0.5
 RECOVERY_TARGET_S_PER_GB = 3.0
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def clock_ms() -> int:
@@ -357,10 +356,7 @@ def run(work_dir: Path, total_bytes: int, progress: Callable[[str], None]) -> di
 def machine_info(work_dir: Path) -> dict[str, Any]:
     pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
     return {
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "python_implementation": platform.python_implementation(),
-        "platform": platform.platform(),
+        **common.machine_info(),
         "memory_bytes": pages * os.sysconf("SC_PAGE_SIZE") if pages else None,
         "filesystem": filesystem_type(work_dir),
     }
@@ -382,18 +378,6 @@ def filesystem_type(path: Path) -> str | None:
     except OSError:
         return None
     return fs_type
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Aligned columns: the first left-aligned, the rest right-aligned."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = []
-    for row in [headers, *rows]:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  " + "   ".join(cells))
-    return lines
 
 
 def num(value: float, digits: int = 0) -> str:
@@ -536,11 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     print(report(results, params, machine))
-    json_path = args.json or RESULTS_DIR / f"storage-{started}.json"
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"started": started, "params": params, "machine": machine, "results": results}
-    json_path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nresults: {json_path}")
+    document = {"params": params, "machine": machine, "results": results}
+    print(f"\nresults: {save_results('storage', started, document, args.json)}")
     return 0
 
 
