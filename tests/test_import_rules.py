@@ -51,7 +51,7 @@ RULES: dict[str, Rule] = {
     "routing": Rule(("storage", "wire"), sans_io=True),
     "flow": Rule(("storage", "wire"), sans_io=True),
     "server": Rule(("broker", "wire")),
-    "admin": Rule(("broker",)),
+    "admin": Rule(("broker", "__version__")),
     "spark": Rule(()),  # talks to the broker through a Kafka client only
     "cli": Rule(EVERYTHING),
     "testing": Rule(EVERYTHING),

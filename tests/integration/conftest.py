@@ -57,7 +57,9 @@ class BrokerProcess:
         port: int = 0,
         env: Mapping[str, str] | None = None,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        admin_listen: str = "off",
     ) -> None:
+        self.admin_listen = admin_listen
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.port = port
@@ -88,6 +90,10 @@ class BrokerProcess:
             f"127.0.0.1:{self.port}",
             "--data-dir",
             str(self.data_dir),
+            # Brokers of parallel tests must not fight over the admin port; the admin
+            # API's own tests start it on a free port.
+            "--admin-listen",
+            self.admin_listen,
         ]
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
             self._proc = subprocess.Popen(

@@ -34,6 +34,7 @@ from ..storage.manager import LogManager, StorageSettings
 from ..wire.records import HEADER_BYTES, BatchHeader, parse_header
 from .producers import PartitionProducers, SnapshotError
 from .settings import Settings
+from .stats import BrokerStats
 from .topics import (
     ProducerIdAllocator,
     Topic,
@@ -83,6 +84,8 @@ class Broker:
         self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         self.closing = False
+        self.stats = BrokerStats()
+        self.started_ms = self.clock()
 
     # --- topics -------------------------------------------------------------------------
 
@@ -136,8 +139,13 @@ class Broker:
 
     # --- fetch waiters ------------------------------------------------------------------
 
-    def appended(self, tp: TopicPartition) -> None:
-        """New data in `tp`: wake every fetch waiting on it."""
+    def appended(self, tp: TopicPartition, size_bytes: int = 0, records: int = 0) -> None:
+        """New data in `tp` (`size_bytes` of batches holding `records`): count it and wake
+        every fetch waiting on it."""
+        if size_bytes:
+            stats = self.stats.topic(tp[0])
+            stats.bytes_in += size_bytes
+            stats.records_in += records
         waiters = self._waiters.pop(tp, None)
         if waiters:
             for waiter in waiters:

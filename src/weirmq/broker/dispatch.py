@@ -22,6 +22,7 @@ with the highest version we listed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -95,8 +96,11 @@ class Dispatcher:
         except HeaderError as exc:
             raise CloseConnection(f"bad request header: {exc}") from exc
         key, version = header.api_key, header.api_version
+        started = time.perf_counter()
         if key == API_VERSIONS_KEY:
-            return self._api_versions(frame, header.correlation_id, version, header.body_offset)
+            reply = self._api_versions(frame, header.correlation_id, version, header.body_offset)
+            self._observe(key, started)
+            return reply
         api = API_VERSIONS.get(key)
         if api is None or api.handler is None:
             raise CloseConnection(f"unsupported API key {key}")
@@ -110,10 +114,31 @@ class Dispatcher:
             raise CloseConnection(str(exc)) from exc
         result = api.handler(self.broker, request, version)
         if result is None:
+            self._observe(key, started)
             return None
         if isinstance(result, dict):
-            return _reply(key, version, header.correlation_id, result)
-        return _finish(result, key, version, header.correlation_id)
+            reply = _reply(key, version, header.correlation_id, result)
+            self._observe(key, started)
+            return reply
+        return self._finish(result, key, version, header.correlation_id, started)
+
+    def _observe(self, key: int, started: float) -> None:
+        stats = self.broker.stats.api(key)
+        stats.requests += 1
+        stats.latency.observe(time.perf_counter() - started)
+
+    async def _finish(
+        self,
+        pending: Awaitable[dict[str, Any] | None],
+        key: int,
+        version: int,
+        correlation_id: int,
+        started: float,
+    ) -> Reply | None:
+        result = await pending
+        reply = None if result is None else _reply(key, version, correlation_id, result)
+        self._observe(key, started)
+        return reply
 
     def _api_versions(
         self, frame: bytes | memoryview, correlation_id: int, version: int, offset: int
@@ -136,15 +161,6 @@ class Dispatcher:
             "throttle_time": 0,
         }
         return _reply(API_VERSIONS_KEY, version, correlation_id, data)
-
-
-async def _finish(
-    pending: Awaitable[dict[str, Any] | None], key: int, version: int, correlation_id: int
-) -> Reply | None:
-    result = await pending
-    if result is None:
-        return None
-    return _reply(key, version, correlation_id, result)
 
 
 def _encode_produce(version: int, data: dict[str, Any]) -> list[bytes | memoryview]:

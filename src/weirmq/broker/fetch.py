@@ -32,6 +32,7 @@ from typing import Any
 
 from ..storage.errors import OffsetOutOfRangeError
 from ..wire.errors import ErrorCode, KafkaError
+from ..wire.records import count_records
 from .core import LEADER_EPOCH, Broker
 
 FETCH_WAIT_MAX_MS = 30_000
@@ -62,7 +63,7 @@ def handle_fetch(
     result, found_bytes, failed = _read_all(broker, request)
     max_wait_ms = min(int(request.max_wait.total_seconds() * 1000), FETCH_WAIT_MAX_MS)
     if failed or found_bytes >= int(request.min_bytes) or max_wait_ms <= 0 or broker.closing:
-        return _response(result)
+        return _response(broker, result)
     return _long_poll(broker, request, time.monotonic() + max_wait_ms / 1000)
 
 
@@ -73,7 +74,7 @@ async def _long_poll(broker: Broker, request: Any, deadline: float) -> dict[str,
         result, found_bytes, failed = _read_all(broker, request)
         done = failed or found_bytes >= int(request.min_bytes)
         if done or time.monotonic() >= deadline or broker.closing:
-            return _response(result)
+            return _response(broker, result)
 
 
 def _read_all(broker: Broker, request: Any) -> tuple[list[tuple[str, list[_Partition]]], int, bool]:
@@ -133,7 +134,17 @@ def _top_level_error(code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "session_id": 0, "responses": []}
 
 
-def _response(result: list[tuple[str, list[_Partition]]]) -> dict[str, Any]:
+def _count_out(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> None:
+    for topic, partitions in result:
+        sent = [p.records for p in partitions if p.records]
+        if sent:
+            stats = broker.stats.topic(topic)
+            stats.bytes_out += sum(len(r) for r in sent)
+            stats.records_out += sum(count_records(r) for r in sent)
+
+
+def _response(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> dict[str, Any]:
+    _count_out(broker, result)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

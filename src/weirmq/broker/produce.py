@@ -114,7 +114,7 @@ def _append_checked(
         raise _TransactionsUnsupported("transactional batches are not supported yet")
     if header.producer_id < 0:
         info = partition_log.append(records, leader_epoch=0, validated=headers)
-        broker.appended(tp)
+        broker.appended(tp, len(records), header.records_count)
         outcome.base_offset = info.base_offset
         outcome.log_append_time_ms = info.log_append_time_ms
         return info.last_offset
@@ -135,7 +135,7 @@ def _append_checked(
         info.last_offset,
         broker.clock(),
     )
-    broker.appended(tp)
+    broker.appended(tp, len(records), header.records_count)
     outcome.base_offset = info.base_offset
     outcome.log_append_time_ms = info.log_append_time_ms
     return info.last_offset

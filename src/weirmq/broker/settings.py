@@ -165,11 +165,27 @@ def _advertise_from_value(value: object) -> str | None:
     return _advertise_from_text(value)
 
 
+def _optional_listen_from_text(text: str) -> str | None:
+    # "" or "off" turns the listener off (TOML has no null).
+    if text in ("", "off"):
+        return None
+    return _listen_from_text(text)
+
+
+def _optional_listen_from_value(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _InvalidValue(f"expected a HOST:PORT string or 'off', got {_show(value)}")
+    return _optional_listen_from_text(value)
+
+
 INTEGER = ValueKind(_int_from_text, _int_from_value)
 BOOLEAN = ValueKind(_bool_from_text, _bool_from_value)
 DIRECTORY = ValueKind(_path_from_text, _path_from_value)
 LISTEN_ADDRESS = ValueKind(_listen_from_text, _listen_from_value)
 ADVERTISED_ADDRESS = ValueKind(_advertise_from_text, _advertise_from_value)
+OPTIONAL_LISTEN_ADDRESS = ValueKind(_optional_listen_from_text, _optional_listen_from_value)
 
 
 def _flag_of(name: str) -> str:
@@ -306,6 +322,10 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         "on stop, how long in-flight requests get to finish",
         minimum=0, maximum=INT64_MAX,
     ),
+    SettingSpec(
+        "admin_listen", OPTIONAL_LISTEN_ADDRESS, None,
+        "HOST:PORT of the HTTP admin API and /metrics; 'off' (or empty) disables it",
+    ),
 )
 # fmt: on
 
@@ -359,6 +379,8 @@ class Settings:
     """producer.id.expiration.ms."""
     shutdown_timeout_ms: int = 4000
     """How long in-flight requests get to finish on a graceful stop."""
+    admin_listen: str | None = "127.0.0.1:9644"
+    """HOST:PORT of the HTTP admin API; None turns it off."""
 
     def __post_init__(self) -> None:
         for spec in SETTING_SPECS:

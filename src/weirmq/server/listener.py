@@ -64,6 +64,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.last_activity = self.server.loop.time()
         self.server.connections.add(self)
+        stats = self.server.dispatcher.broker.stats
+        stats.connections_open += 1
+        stats.connections_total += 1
         if self.server.stopping:
             self.close("broker is stopping")
 
@@ -75,6 +78,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             frames = self.reader.buffer_updated(nbytes)
         except FrameError as exc:
+            self.server.dispatcher.broker.stats.connections_closed_for_errors += 1
             self.close(str(exc))
             return
         for frame in frames:
@@ -88,7 +92,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self.server.connections.discard(self)
+        if self in self.server.connections:
+            self.server.connections.discard(self)
+            self.server.dispatcher.broker.stats.connections_open -= 1
         for item in self._queue:
             if isinstance(item, asyncio.Task):
                 item.cancel()
@@ -112,6 +118,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             outcome = self.server.dispatcher.handle(frame)
         except CloseConnection as exc:
+            self.server.dispatcher.broker.stats.connections_closed_for_errors += 1
             self.close(str(exc))
             return
         except Exception:

@@ -4,6 +4,11 @@ Start-up opens the data directory (recovering logs after a crash), binds the lis
 only then prints the one line that says where it accepts connections, so whoever waits
 for that line (a test, a supervisor) can connect the moment it appears.
 
+Services (the HTTP admin API, later the web console) start after the Kafka listener, each
+announcing its own line: the Kafka port is ready first, and a service's imports (aiohttp
+and prometheus_client cost ~300 ms here) never delay it. `server/` knows services only
+by the `Service` protocol; whoever runs the broker (the CLI, `weirmq.testing`) builds them.
+
 SIGTERM and SIGINT start the orderly stop: stop accepting, finish the requests in flight
 (at most `shutdown_timeout_ms`), flush every log, write the checkpoints and producer
 snapshots, mark the shutdown clean. Retention and time-based segment rolls run every
@@ -23,7 +28,8 @@ import ctypes.util
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from ..broker.core import Broker
 from ..broker.dispatch import Dispatcher
@@ -49,6 +55,18 @@ def tune_malloc() -> None:
         pass
 
 
+class Service(Protocol):
+    """Something that runs beside the Kafka listener, on the same loop and broker."""
+
+    async def start(self, broker: Broker) -> str | None:
+        """Start serving; returns a line to announce (where it listens), or None."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop serving; called before the broker closes, also after a failed start."""
+        ...
+
+
 def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -58,11 +76,19 @@ async def serve(
     *,
     announce: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
+    services: Sequence[Service] = (),
+    ready: Callable[[Broker], None] | None = None,
 ) -> None:
-    """Run a broker until `stop` is set or SIGTERM/SIGINT arrives."""
+    """Run a broker until `stop` is set or SIGTERM/SIGINT arrives.
+
+    `ready` is called with the broker once the listener and every service are up."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
+    announce = announce or _print_line
     broker = Broker(settings)
+    started: list[Service] = []
+    server: KafkaServer | None = None
+    housekeeping: asyncio.Task[None] | None = None
     try:
         server = KafkaServer(Dispatcher(broker), settings)
         host, port = parse_host_port(settings.listen)
@@ -74,16 +100,30 @@ async def serve(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, stop.set)
         housekeeping = loop.create_task(_housekeeping(broker, settings))
-        (announce or _print_line)(
+        announce(
             f"weirmq: accepting Kafka connections on {format_address(bound_host, bound_port)}"
         )
+        for service in services:
+            started.append(service)
+            line = await service.start(broker)
+            if line:
+                announce(line)
+        if ready is not None:
+            ready(broker)
         await stop.wait()
         log.info("stopping")
-        housekeeping.cancel()
+    finally:
+        if housekeeping is not None:
+            housekeeping.cancel()
         broker.closing = True
         broker.wake_all()
-        await server.stop(settings.shutdown_timeout_ms / 1000)
-    finally:
+        if server is not None:
+            await server.stop(settings.shutdown_timeout_ms / 1000)
+        for service in reversed(started):
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("stopping %r failed", service)
         broker.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):

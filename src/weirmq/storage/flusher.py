@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import Protocol
 
 from .errors import StorageError
+from .stats import LatencyHistogram
 
 
 class Flushable(Protocol):
@@ -46,6 +47,8 @@ class GroupCommitter:
         self._closed = False
         self.rounds = 0  # flush rounds run, for tests and metrics
         self.fsynced_logs = 0
+        self.flush_latency = LatencyHistogram()
+        """Seconds per log flush (index entries, fsyncs), written by this thread only."""
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -96,7 +99,9 @@ class GroupCommitter:
 
     def _flush_one(self, log: Flushable, waiters: list[tuple[int, Future[int]]]) -> None:
         try:
+            started = time.perf_counter()
             flushed = log.flush()
+            self.flush_latency.observe(time.perf_counter() - started)
             self.fsynced_logs += 1
         except Exception as exc:  # an I/O error belongs to the waiters, not to this thread
             for _offset, future in waiters:

@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -164,7 +165,9 @@ class LogManager:
         try:
             for log_ in self.logs().values():
                 if log_.needs_flush and log_.offline_reason is None:
+                    started = time.perf_counter()
                     log_.flush()
+                    self.committer.flush_latency.observe(time.perf_counter() - started)
             self.write_checkpoints()
         except Exception:  # keep the flusher alive; the failing log is already offline
             log.exception("periodic flush failed")

@@ -1,0 +1,214 @@
+"""A real WeirMQ broker inside the current process, for tests (ours and our users').
+
+Theory of operation
+-------------------
+`Broker()` runs exactly what `weirmq serve` runs (`weirmq.server.run.serve`: the same
+listener, dispatcher, storage and optional HTTP admin service) on a thread of its own,
+with its own asyncio event loop, so the caller's code (synchronous tests, or an asyncio
+test on another loop) talks to it over loopback TCP like any Kafka client would. Nothing
+is mocked: a test that passes against it passes against a broker process.
+
+- The Kafka listener binds 127.0.0.1 port 0, so the kernel picks a free port; no two
+  brokers (or test runs) ever race for one. The data directory is a fresh temporary
+  directory unless one is given, removed at `stop()`.
+- `start()` returns once the listener (and the admin API, when asked for) accepts
+  connections; an error while starting (a bad setting, an unwritable directory) is raised
+  in the caller's thread, not lost on the broker's.
+- `stop()` is the orderly stop of `weirmq serve` (in-flight requests finish, logs are
+  flushed, the shutdown marked clean), then the thread is joined. A broker left running
+  at interpreter exit dies with its daemon thread.
+
+The HTTP admin API is off by default: it costs ~300 ms of imports that most tests do not
+need. `Broker(admin=True)` turns it on (on a free port, see `admin_url`).
+
+Start-up time is mostly imports, paid once per process: ~220 ms for the broker's modules
+(kio's message classes are most of it), then a few milliseconds per broker. kio registers
+hypothesis strategies for its types at import whenever hypothesis can be imported, which
+costs another ~110 ms; a broker never needs them, so when neither kio nor hypothesis is
+imported yet, hypothesis is hidden while the broker's modules load and then put back
+(`_import_serve`). A process that imported kio or hypothesis before is left as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+
+class Broker:
+    """A broker on its own thread and loop; see the module docstring.
+
+    `settings` are `weirmq.broker.settings.Settings` fields (`default_partitions=3`,
+    `auto_create_topics=False`, ...). Use it as a context manager, or call `start()` and
+    `stop()`.
+    """
+
+    def __init__(
+        self, *, data_dir: str | Path | None = None, admin: bool = False, **settings: Any
+    ) -> None:
+        self._own_data_dir = data_dir is None
+        self._data_dir = Path(data_dir) if data_dir is not None else None
+        self._admin = admin
+        self._overrides = settings
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._core: Any = None
+        self._admin_service: Any = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> Broker:
+        """Start serving; returns once clients can connect. Raises what stopped the start."""
+        if self._thread is not None:
+            raise RuntimeError("this Broker was already started; create a new one")
+        from weirmq.broker.settings import Settings  # imported late: keeps the plugin cheap
+
+        if self._data_dir is None:
+            self._data_dir = Path(tempfile.mkdtemp(prefix="weirmq-test-"))
+        settings = Settings(
+            **{
+                "listen": "127.0.0.1:0",
+                "admin_listen": "127.0.0.1:0" if self._admin else None,
+                "data_dir": self._data_dir,
+                **self._overrides,
+            }
+        )
+        self._thread = threading.Thread(
+            target=self._run, args=(settings,), name="weirmq-test-broker", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT_S):
+            raise RuntimeError(f"the broker did not start within {START_TIMEOUT_S:.0f} s")
+        if self._error is not None:
+            self._thread.join(STOP_TIMEOUT_S)
+            self._cleanup()
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        """Orderly stop (idempotent); removes the temporary data directory."""
+        thread, loop, stop_event = self._thread, self._loop, self._stop_event
+        if thread is None:
+            return
+        if loop is not None and stop_event is not None and thread.is_alive():
+            loop.call_soon_threadsafe(stop_event.set)
+        thread.join(STOP_TIMEOUT_S)
+        if thread.is_alive():
+            raise RuntimeError(f"the broker did not stop within {STOP_TIMEOUT_S:.0f} s")
+        self._cleanup()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def __enter__(self) -> Broker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- what tests use -----------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:PORT``, for a client's ``bootstrap.servers``."""
+        host, port = self.broker.advertised
+        return f"{host}:{port}"
+
+    @property
+    def admin_url(self) -> str:
+        """``http://127.0.0.1:PORT`` of the HTTP admin API (needs ``Broker(admin=True)``)."""
+        if self._admin_service is None:
+            raise RuntimeError("the admin API is off; use Broker(admin=True)")
+        host, port = self._admin_service.address
+        return f"http://{host}:{port}"
+
+    @property
+    def data_dir(self) -> Path:
+        assert self._data_dir is not None, "not started"
+        return self._data_dir
+
+    @property
+    def broker(self) -> Any:
+        """The running `weirmq.broker.core.Broker` (touch it only from its own loop, e.g.
+        through `call`)."""
+        if self._core is None:
+            raise RuntimeError("the broker is not running")
+        return self._core
+
+    def call(self, function: Any, *args: Any) -> Any:
+        """Run `function(*args)` on the broker's loop thread and return its result."""
+        assert self._loop is not None, "not started"
+
+        async def run() -> Any:
+            return function(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(STOP_TIMEOUT_S)
+
+    # --- the broker's thread ------------------------------------------------------------
+
+    def _run(self, settings: Any) -> None:
+        try:
+            asyncio.run(self._serve(settings))
+        except BaseException as exc:  # handed to the caller's thread in start() or stop()
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _serve(self, settings: Any) -> None:
+        serve = _import_serve()
+        services = []
+        if settings.admin_listen is not None:
+            from weirmq.admin.http import AdminService
+
+            self._admin_service = AdminService(settings)
+            services.append(self._admin_service)
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+
+        def ready(core: Any) -> None:
+            self._core = core
+            self._ready.set()
+
+        await serve(
+            settings, announce=_quiet, stop=self._stop_event, services=services, ready=ready
+        )
+
+    def _cleanup(self) -> None:
+        self._core = None
+        if self._own_data_dir and self._data_dir is not None:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+
+
+def _import_serve() -> Any:
+    """`weirmq.server.run.serve`, imported without kio's hypothesis hooks when possible
+    (see the module docstring)."""
+    hide = "kio" not in sys.modules and "hypothesis" not in sys.modules
+    if hide:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]  # import now fails
+    try:
+        from weirmq.server.run import serve
+    finally:
+        if hide and sys.modules.get("hypothesis", 0) is None:
+            del sys.modules["hypothesis"]
+    return serve
+
+
+def _quiet(_line: str) -> None:
+    """The announce lines are for people and supervisors; a test has the addresses."""
