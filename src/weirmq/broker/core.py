@@ -22,22 +22,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from ..storage.checkpoint import write_atomically
-from ..storage.config import DAY_MS, LogConfig
-from ..storage.errors import StorageError
+from ..storage.config import LogConfig
+from ..storage.errors import OffsetOutOfRangeError, StorageError
 from ..storage.log import FileLog
 from ..storage.manager import LogManager, StorageSettings
 from ..wire.records import HEADER_BYTES, BatchHeader, parse_header
+from . import configs
+from .configs import ConfigEntry
 from .producers import PartitionProducers, SnapshotError
 from .settings import Settings
 from .stats import BrokerStats
 from .topics import (
+    InvalidPartitionsError,
     ProducerIdAllocator,
     Topic,
+    TopicExistsError,
     TopicRegistry,
     UnknownTopicError,
     check_topic_name,
@@ -49,6 +54,8 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
 _SCAN_CHUNK_BYTES = 1 << 20
+PARTITIONS_MAX = 100_000
+"""Partitions of one topic at most: each is a directory and open files when used."""
 LEADER_EPOCH = 0
 """A single broker never changes leader, so every partition stays at leader epoch 0."""
 
@@ -77,6 +84,9 @@ class Broker:
             config_for=self.log_config,
         )
         self._adopt_orphans()
+        self._no_fsync = {
+            t.name for t in self.topics if not configs.acks_all_fsync(settings, t.configs)
+        }
         self.producer_ids = ProducerIdAllocator(data_dir)
         self.producers: dict[TopicPartition, PartitionProducers] = {}
         for tp, partition_log in self.logs.logs().items():
@@ -89,15 +99,14 @@ class Broker:
 
     # --- topics -------------------------------------------------------------------------
 
-    def log_config(self, _topic: str) -> LogConfig:
-        s = self.settings
-        return LogConfig(
-            segment_bytes=s.segment_bytes,
-            retention_ms=None if s.retention_ms < 0 else s.retention_ms,
-            retention_bytes=None if s.retention_bytes < 0 else s.retention_bytes,
-            max_message_bytes=s.message_max_bytes,
-            segment_ms=7 * DAY_MS,
-        )
+    def log_config(self, topic: str) -> LogConfig:
+        """The storage settings of `topic`: its overrides over the broker's settings."""
+        known = self.topics.get(topic)
+        return configs.log_config(self.settings, known.configs if known else {})
+
+    def acks_all_fsync(self, topic: str) -> bool:
+        """Whether acks=all waits for an fsync on `topic` (weirmq.acks.all.fsync)."""
+        return topic not in self._no_fsync
 
     def _adopt_orphans(self) -> None:
         counts: dict[str, int] = {}
@@ -119,14 +128,141 @@ class Broker:
             raise UnknownTopicError(f"unknown topic {name!r}")
         return self.create_topic(name, self.settings.default_partitions)
 
-    def create_topic(self, name: str, partitions: int) -> Topic:
-        created = self.topics.create(name, partitions)
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        topic_configs: Mapping[str, str | None] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> Topic:
+        """Create a topic with these config overrides, or raise the KafkaError that says
+        why not (invalid name, existing topic, partition count, config)."""
+        check_topic_name(name)
+        if self.topics.get(name) is not None:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        _check_partition_count(partitions)
+        overrides = configs.check_overrides(self.settings, topic_configs or {})
+        if validate_only:
+            return Topic(name, uuid.UUID(int=0), partitions, overrides)
+        created = self.topics.create(name, partitions, overrides)
+        self._apply_configs(created)
         for partition in range(partitions):
-            tp = (name, partition)
-            self.logs.create(name, partition)
-            self.producers[tp] = PartitionProducers()
+            self._add_partition(name, partition)
         log.info("created topic %r with %d partition(s)", name, partitions)
         return created
+
+    def _add_partition(self, name: str, partition: int) -> None:
+        self.logs.create(name, partition, self.log_config(name))
+        self.producers[(name, partition)] = PartitionProducers()
+
+    def known_topic(self, name: str) -> Topic:
+        found = self.topics.get(name)
+        if found is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return found
+
+    def delete_topic(self, name: str) -> None:
+        """Delete the topic and its data.
+
+        The partition directories go first (renamed, then removed; a crash leaves only
+        renamed directories, which the next start removes), then the registry entry: a
+        crash in between brings the topic back empty, never with the deleted data."""
+        topic = self.known_topic(name)
+        for partition in range(topic.partitions):
+            tp = (name, partition)
+            self.logs.delete(name, partition)
+            self.producers.pop(tp, None)
+            self.appended(tp)  # waiting fetches answer UNKNOWN_TOPIC_OR_PARTITION now
+        self.topics.delete(name)
+        self._no_fsync.discard(name)
+        self.stats.forget_topic(name)
+        log.info("deleted topic %r", name)
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> Topic:
+        """Grow the topic to `total` partitions (Kafka never shrinks a topic)."""
+        topic = self.known_topic(name)
+        if total <= topic.partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {topic.partitions} partition(s); the new count must be "
+                f"larger, got {total}"
+            )
+        _check_partition_count(total)
+        if validate_only:
+            return Topic(name, topic.topic_id, total, topic.configs)
+        grown = self.topics.set_partitions(name, total)
+        for partition in range(topic.partitions, total):
+            self._add_partition(name, partition)
+        log.info("topic %r grown to %d partitions", name, total)
+        return grown
+
+    def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
+        return configs.describe(self.settings, self.known_topic(name).configs)
+
+    def alter_topic_configs(
+        self,
+        name: str,
+        set_: Mapping[str, str | None],
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> Topic:
+        """Set and delete config overrides (IncrementalAlterConfigs SET and DELETE)."""
+        ops: list[tuple[str, int, str | None]] = [
+            (key, configs.AlterOp.SET, value) for key, value in set_.items()
+        ]
+        ops += [(key, configs.AlterOp.DELETE, None) for key in delete]
+        return self.alter_topic_configs_ops(name, ops, validate_only=validate_only)
+
+    def alter_topic_configs_ops(
+        self, name: str, ops: list[tuple[str, int, str | None]], *, validate_only: bool = False
+    ) -> Topic:
+        topic = self.known_topic(name)
+        overrides = configs.apply_ops(self.settings, topic.configs, ops)
+        return self._replace_configs(topic, overrides, validate_only=validate_only)
+
+    def replace_topic_configs(
+        self, name: str, new: Mapping[str, str | None], *, validate_only: bool = False
+    ) -> Topic:
+        """Make `new` the topic's whole set of overrides (legacy AlterConfigs)."""
+        topic = self.known_topic(name)
+        overrides = configs.check_overrides(self.settings, new)
+        return self._replace_configs(topic, overrides, validate_only=validate_only)
+
+    def _replace_configs(
+        self, topic: Topic, overrides: dict[str, str], *, validate_only: bool
+    ) -> Topic:
+        if validate_only:
+            return Topic(topic.name, topic.topic_id, topic.partitions, overrides)
+        changed = self.topics.set_configs(topic.name, overrides)
+        self._apply_configs(changed)
+        log.info("topic %r configs now %s", topic.name, overrides or "the defaults")
+        return changed
+
+    def _apply_configs(self, topic: Topic) -> None:
+        config = configs.log_config(self.settings, topic.configs)
+        for partition in range(topic.partitions):
+            partition_log = self.logs.get(topic.name, partition)
+            if partition_log is not None:
+                partition_log.config = config
+        if configs.acks_all_fsync(self.settings, topic.configs):
+            self._no_fsync.discard(topic.name)
+        else:
+            self._no_fsync.add(topic.name)
+
+    def delete_records(self, name: str, partition: int, offset: int) -> int:
+        """Move the partition's log start to `offset` (-1: the high watermark); returns
+        the new log start (DeleteRecords' low watermark). Checkpointed before returning."""
+        partition_log = self.partition_log(name, partition)
+        if partition_log is None:
+            raise UnknownTopicError(f"unknown topic or partition {name}-{partition}")
+        if offset == -1:
+            offset = partition_log.log_end_offset
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot delete records below offset {offset}")
+        low_watermark = partition_log.advance_log_start(offset)
+        self.logs.write_checkpoints()
+        return low_watermark
 
     def partition_log(self, topic: str, partition: int) -> FileLog | None:
         return self.logs.get(topic, partition)
@@ -233,6 +369,13 @@ class Broker:
         self.wake_all()
         self.logs.close()
         self._save_producer_snapshots()
+
+
+def _check_partition_count(partitions: int) -> None:
+    if not 1 <= partitions <= PARTITIONS_MAX:
+        raise InvalidPartitionsError(
+            f"the number of partitions must be between 1 and {PARTITIONS_MAX}, got {partitions}"
+        )
 
 
 def scan_batch_headers(partition_log: FileLog, start: int) -> Iterator[BatchHeader]:

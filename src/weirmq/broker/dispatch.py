@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from ..wire import fast, messages
 from ..wire.errors import ErrorCode
 from ..wire.framing import HeaderError, parse_request_header, response_prefix
+from . import admin
 from .core import Broker
 from .fetch import handle_fetch
 from .metadata import handle_init_producer_id, handle_metadata
@@ -49,14 +50,25 @@ class Api(NamedTuple):
 
 # Upper bounds: Produce v13 and Fetch v13+ name topics by id only; ListOffsets v11 adds a
 # tiered-storage timestamp; InitProducerId v6 is two-phase commit. None of that exists yet.
+# Lower bounds of the admin APIs are the oldest versions kio has classes for; every client
+# we test (librdkafka 2.x, kafka-python 3, aiokafka) speaks at least those.
 API_VERSIONS: dict[int, Api] = {
     0: Api(3, 12, handle_produce),
     1: Api(4, 12, handle_fetch),
     2: Api(1, 10, handle_list_offsets),
     3: Api(0, 12, handle_metadata),
     18: Api(0, 4, None),
+    19: Api(2, 7, admin.handle_create_topics),
+    20: Api(1, 6, admin.handle_delete_topics),
+    21: Api(0, 2, admin.handle_delete_records),
     22: Api(0, 5, handle_init_producer_id),
     23: Api(2, 4, handle_offset_for_leader_epoch),
+    32: Api(1, 4, admin.handle_describe_configs),
+    33: Api(0, 2, admin.handle_alter_configs),
+    35: Api(1, 4, admin.handle_describe_log_dirs),
+    37: Api(0, 3, admin.handle_create_partitions),
+    44: Api(0, 1, admin.handle_incremental_alter_configs),
+    60: Api(0, 2, admin.handle_describe_cluster),
 }
 
 

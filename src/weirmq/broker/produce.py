@@ -11,7 +11,8 @@ order, which idempotent sequences depend on):
 
 Then the answer waits for the request's acks: 0 gets no answer at all, 1 is answered at
 once (the data is in the OS; the flush interval bounds its exposure), all (-1) is answered
-once the group commit has fsynced the partition up to the batch. A failed fsync answers
+once the group commit has fsynced the partition up to the batch (unless the topic sets
+`weirmq.acks.all.fsync=false`, which answers it like acks=1). A failed fsync answers
 KAFKA_STORAGE_ERROR for that partition only.
 
 A produce request (v3+) carries exactly one batch per partition; Kafka refuses anything else
@@ -92,7 +93,7 @@ def _append(broker: Broker, topic_name: str, data: Any, acks: int, outcome: _Out
         tp = (topic_name, partition)
         last_offset = _append_checked(broker, tp, partition_log, records, outcome)
         outcome.log_start_offset = partition_log.log_start_offset
-        if acks == -1:
+        if acks == -1 and broker.acks_all_fsync(topic_name):
             outcome.sync = (partition_log, last_offset + 1)
     except KafkaError as exc:
         outcome.error = exc.code

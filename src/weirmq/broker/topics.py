@@ -23,7 +23,7 @@ import logging
 import re
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..storage.checkpoint import write_atomically
@@ -47,6 +47,22 @@ class UnknownTopicError(KafkaError):
     code = ErrorCode.unknown_topic_or_partition
 
 
+class TopicExistsError(KafkaError):
+    code = ErrorCode.topic_already_exists
+
+
+class InvalidPartitionsError(KafkaError):
+    code = ErrorCode.invalid_partitions
+
+
+class InvalidReplicationFactorError(KafkaError):
+    code = ErrorCode.invalid_replication_factor
+
+
+class InvalidReplicaAssignmentError(KafkaError):
+    code = ErrorCode.invalid_replica_assignment
+
+
 def check_topic_name(name: str) -> None:
     """Raise `InvalidTopicError` unless `name` is a legal Kafka topic name."""
     if name in ("", ".", ".."):
@@ -54,9 +70,7 @@ def check_topic_name(name: str) -> None:
     if len(name) > MAX_NAME_CHARS:
         raise InvalidTopicError(f"topic name is {len(name)} characters, at most 249 allowed")
     if not _LEGAL.fullmatch(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} has characters outside [a-zA-Z0-9._-]"
-        )
+        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,15 +130,36 @@ class TopicRegistry:
     def __len__(self) -> int:
         return len(self._topics)
 
-    def create(
-        self, name: str, partitions: int, configs: Mapping[str, str] | None = None
-    ) -> Topic:
+    def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> Topic:
         """Register a new topic (persisted before this returns)."""
         check_topic_name(name)
         assert name not in self._topics, name
         assert partitions >= 1, partitions
         topic = Topic(name, uuid.uuid4(), partitions, dict(configs or {}))
         self._remember(topic)
+        self._save()
+        return topic
+
+    def set_configs(self, name: str, configs: Mapping[str, str]) -> Topic:
+        """Replace the topic's config overrides (persisted before this returns)."""
+        topic = replace(self._topics[name], configs=dict(configs))
+        self._remember(topic)
+        self._save()
+        return topic
+
+    def set_partitions(self, name: str, partitions: int) -> Topic:
+        """Grow the topic to `partitions` (persisted before this returns)."""
+        current = self._topics[name]
+        assert partitions > current.partitions, (name, partitions)
+        topic = replace(current, partitions=partitions)
+        self._remember(topic)
+        self._save()
+        return topic
+
+    def delete(self, name: str) -> Topic:
+        """Forget the topic (persisted before this returns); its id is never reused."""
+        topic = self._topics.pop(name)
+        del self._by_id[topic.topic_id]
         self._save()
         return topic
 
@@ -162,9 +197,7 @@ def load_cluster_id(data_dir: Path, node_id: int) -> str:
             )
         return properties["cluster.id"]
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    write_atomically(
-        path, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n".encode()
-    )
+    write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n".encode())
     return cluster_id
 
 

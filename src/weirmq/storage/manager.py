@@ -81,6 +81,7 @@ class LogManager:
         self._logs: dict[TopicPartition, FileLog] = {}
         self._lock = threading.Lock()
         self._checkpointed: tuple[dict[TopicPartition, int], ...] = ()
+        self._checkpoint_lock = threading.Lock()  # the flusher thread and the owner both write
         self._closed = False
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -174,7 +175,11 @@ class LogManager:
 
     def write_checkpoints(self) -> None:
         """Write the recovery points and log start offsets, if either moved since the last
-        write. Runs on the flusher thread (periodically) and on close."""
+        write. Runs on the flusher thread (periodically), on close, and after DeleteRecords."""
+        with self._checkpoint_lock:
+            self._write_checkpoints()
+
+    def _write_checkpoints(self) -> None:
         logs = self.logs()
         state = (
             {tp: lg.flushed_offset for tp, lg in logs.items()},

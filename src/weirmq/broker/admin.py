@@ -1,0 +1,461 @@
+"""The Kafka admin APIs: topics, partitions, configs, records, the cluster and log dirs.
+
+    CreateTopics (19)            DeleteTopics (20)             DeleteRecords (21)
+    DescribeConfigs (32)         AlterConfigs (33)             DescribeLogDirs (35)
+    CreatePartitions (37)        IncrementalAlterConfigs (44)  DescribeCluster (60)
+
+Each handler is a loop over the resources of the request, answering every one of them
+with its own error code (a bad resource never fails its neighbours), as Kafka does. The
+work itself is in `Broker` (create_topic, delete_topic, create_partitions, the config
+methods, delete_records), which raises a `KafkaError` naming the precise code; here the
+request's shape is checked and the answer built. Everything is synchronous: a topic exists
+on disk, with its configs persisted, before its CreateTopics answer is sent, so `timeout`
+is never reached.
+
+One broker is the whole cluster: a replication factor of 1 (or -1, "the default") is the
+only one possible, and a manual replica assignment may name only this broker. Broker
+configs can be described (read-only: they come from the settings file, the environment
+and flags) but not altered.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from typing import Any
+
+from ..wire.errors import ErrorCode, KafkaError
+from . import configs
+from .configs import ConfigSource, ConfigType
+from .core import Broker
+from .settings import SETTING_SPECS, Settings
+from .topics import (
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+)
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+DEFAULT_REPLICATION_FACTOR = -1
+DEFAULT_PARTITIONS = -1
+_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+class _InvalidRequest(KafkaError):
+    code = ErrorCode.invalid_request
+
+
+def _error(exc: KafkaError) -> tuple[ErrorCode, str]:
+    return exc.code, str(exc)
+
+
+# --- CreateTopics ---------------------------------------------------------------------------
+
+
+def handle_create_topics(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    counts = Counter(t.name for t in request.topics)
+    validate_only = bool(getattr(request, "validate_only", False))
+    results = []
+    for wanted in request.topics:
+        if counts[wanted.name] > 1:
+            results.append(
+                _created_error(wanted.name, ErrorCode.invalid_request, "topic named twice")
+            )
+            continue
+        try:
+            results.append(_create_one(broker, wanted, validate_only))
+        except KafkaError as exc:
+            results.append(_created_error(wanted.name, *_error(exc)))
+    return {"throttle_time": 0, "topics": results}
+
+
+def _create_one(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
+    partitions = _partition_count(broker, wanted)
+    overrides = {c.name: c.value for c in wanted.configs}
+    if len(overrides) != len(wanted.configs):
+        raise configs.InvalidConfigError("a config is named twice")
+    topic = broker.create_topic(wanted.name, partitions, overrides, validate_only=validate_only)
+    return {
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "topic_config_error_code": ErrorCode.none,
+        "num_partitions": topic.partitions,
+        "replication_factor": 1,
+        "configs": [
+            {
+                "name": entry.name,
+                "value": entry.value,
+                "read_only": entry.read_only,
+                "config_source": entry.source,
+                "is_sensitive": entry.sensitive,
+            }
+            for entry in configs.describe(broker.settings, topic.configs)
+        ],
+    }
+
+
+def _partition_count(broker: Broker, wanted: Any) -> int:
+    """The partition count a CreatableTopic asks for, with its replication checked."""
+    assignments = wanted.assignments
+    if assignments:
+        if wanted.num_partitions != DEFAULT_PARTITIONS:
+            raise _InvalidRequest("num_partitions must be -1 when assignments are given")
+        if wanted.replication_factor != DEFAULT_REPLICATION_FACTOR:
+            raise _InvalidRequest("replication_factor must be -1 when assignments are given")
+        indexes = sorted(int(a.partition_index) for a in assignments)
+        if indexes != list(range(len(indexes))):
+            raise InvalidReplicaAssignmentError(
+                "assigned partitions must be numbered 0, 1, 2, ... without gaps"
+            )
+        for assignment in assignments:
+            _check_replicas(broker, assignment.broker_ids)
+        return len(indexes)
+    factor = int(wanted.replication_factor)
+    if factor not in (DEFAULT_REPLICATION_FACTOR, 1):
+        raise InvalidReplicationFactorError(
+            f"replication factor {factor} is larger than the 1 broker available"
+            if factor > 1
+            else f"replication factor must be at least 1, got {factor}"
+        )
+    count = int(wanted.num_partitions)
+    return broker.settings.default_partitions if count == DEFAULT_PARTITIONS else count
+
+
+def _check_replicas(broker: Broker, broker_ids: Any) -> None:
+    if list(broker_ids) != [broker.node_id]:
+        raise InvalidReplicaAssignmentError(
+            f"replicas {list(broker_ids)}: the only broker is {broker.node_id}"
+        )
+
+
+def _created_error(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "topic_id": None,
+        "error_code": code,
+        "error_message": message,
+        "topic_config_error_code": ErrorCode.none,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": [],
+    }
+
+
+# --- DeleteTopics ---------------------------------------------------------------------------
+
+
+def handle_delete_topics(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    if version < 6:
+        wanted = [(name, None) for name in request.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    responses = []
+    for name, topic_id in wanted:
+        code, message = ErrorCode.none, None
+        if name is None and topic_id is not None:
+            found = broker.topics.by_id(topic_id)
+            if found is None:
+                code, message = ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}"
+            name = found.name if found else None
+        topic = broker.topics.get(name) if name is not None else None
+        if code is ErrorCode.none:
+            try:
+                topic = broker.known_topic(name or "")
+                broker.delete_topic(topic.name)
+            except KafkaError as exc:
+                code, message = _error(exc)
+        responses.append(
+            {
+                "name": name,
+                "topic_id": topic.topic_id if topic is not None else topic_id,
+                "error_code": code,
+                "error_message": message,
+            }
+        )
+    return {"throttle_time": 0, "responses": responses}
+
+
+# --- CreatePartitions -----------------------------------------------------------------------
+
+
+def handle_create_partitions(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for wanted in request.topics:
+        code, message = ErrorCode.none, None
+        try:
+            if counts[wanted.name] > 1:
+                raise _InvalidRequest("topic named twice")
+            topic = broker.known_topic(wanted.name)
+            if wanted.assignments is not None:
+                if len(wanted.assignments) != int(wanted.count) - topic.partitions:
+                    raise InvalidReplicaAssignmentError(
+                        f"{len(wanted.assignments)} assignment(s) for "
+                        f"{int(wanted.count) - topic.partitions} new partition(s)"
+                    )
+                for assignment in wanted.assignments:
+                    _check_replicas(broker, assignment.broker_ids)
+            broker.create_partitions(
+                wanted.name, int(wanted.count), validate_only=bool(request.validate_only)
+            )
+        except KafkaError as exc:
+            code, message = _error(exc)
+        results.append({"name": wanted.name, "error_code": code, "error_message": message})
+    return {"throttle_time": 0, "results": results}
+
+
+# --- DescribeConfigs ------------------------------------------------------------------------
+
+
+def handle_describe_configs(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    synonyms = bool(getattr(request, "include_synonyms", False))
+    documentation = bool(getattr(request, "include_documentation", False))
+    results = []
+    for resource in request.resources:
+        code, message, entries = ErrorCode.none, None, []
+        try:
+            entries = _resource_configs(broker, int(resource.resource_type), resource.resource_name)
+        except KafkaError as exc:
+            code, message = _error(exc)
+        keys = resource.configuration_keys
+        results.append(
+            {
+                "error_code": code,
+                "error_message": message,
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "configs": [
+                    _entry(entry, synonyms, documentation)
+                    for entry in entries
+                    if keys is None or entry.name in keys
+                ],
+            }
+        )
+    return {"throttle_time": 0, "results": results}
+
+
+def _resource_configs(broker: Broker, kind: int, name: str) -> list[configs.ConfigEntry]:
+    if kind == RESOURCE_TOPIC:
+        return broker.describe_topic_configs(name)
+    if kind == RESOURCE_BROKER:
+        _check_broker_name(broker, name)
+        return broker_configs(broker.settings)
+    raise _InvalidRequest(f"resource type {kind} is not supported (topics 2 and brokers 4 are)")
+
+
+def _check_broker_name(broker: Broker, name: str) -> None:
+    # "" is how clients ask for the cluster-wide defaults; one broker has no other defaults.
+    if name not in ("", str(broker.node_id)):
+        raise _InvalidRequest(f"unknown broker {name!r}; this broker is {broker.node_id}")
+
+
+def _entry(entry: configs.ConfigEntry, synonyms: bool, documentation: bool) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "value": entry.value,
+        "read_only": entry.read_only,
+        "is_default": entry.source == ConfigSource.DEFAULT_CONFIG,  # v0's field
+        "config_source": entry.source,
+        "is_sensitive": entry.sensitive,
+        "synonyms": (
+            [{"name": n, "value": v, "source": s} for n, v, s in entry.synonyms] if synonyms else []
+        ),
+        "config_type": ConfigType[entry.type],
+        "documentation": entry.documentation if documentation else None,
+    }
+
+
+def broker_configs(settings: Settings) -> list[configs.ConfigEntry]:
+    """The broker's settings under their Kafka names, read-only."""
+    defaults = Settings()
+    entries = []
+    for spec in SETTING_SPECS:
+        if spec.kafka_name is None:
+            continue
+        value = getattr(settings, spec.name)
+        source = (
+            ConfigSource.DEFAULT_CONFIG
+            if value == getattr(defaults, spec.name)
+            else ConfigSource.STATIC_BROKER_CONFIG
+        )
+        text = _setting_text(value)
+        entries.append(
+            configs.ConfigEntry(
+                name=spec.kafka_name,
+                value=text,
+                source=source,
+                read_only=True,
+                sensitive=False,
+                type=_setting_type(value),
+                documentation=spec.meaning,
+                synonyms=((spec.kafka_name, text or "", source),),
+            )
+        )
+    return sorted(entries, key=lambda e: e.name)
+
+
+def _setting_text(value: object) -> str | None:
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _setting_type(value: object) -> str:
+    if isinstance(value, bool):
+        return ConfigType.BOOLEAN.name
+    if isinstance(value, int):
+        return ConfigType.LONG.name
+    return ConfigType.STRING.name
+
+
+# --- AlterConfigs and IncrementalAlterConfigs -----------------------------------------------
+
+
+def handle_alter_configs(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    responses = []
+    for resource in request.resources:
+        code, message = ErrorCode.none, None
+        try:
+            _check_alterable(broker, resource)
+            new = {c.name: c.value for c in resource.configs}
+            if len(new) != len(resource.configs):
+                raise configs.InvalidConfigError("a config is named twice")
+            broker.replace_topic_configs(
+                resource.resource_name, new, validate_only=bool(request.validate_only)
+            )
+        except KafkaError as exc:
+            code, message = _error(exc)
+        responses.append(_altered(resource, code, message))
+    return {"throttle_time": 0, "responses": responses}
+
+
+def handle_incremental_alter_configs(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    responses = []
+    for resource in request.resources:
+        code, message = ErrorCode.none, None
+        try:
+            _check_alterable(broker, resource)
+            ops = [(c.name, int(c.config_operation), c.value) for c in resource.configs]
+            broker.alter_topic_configs_ops(
+                resource.resource_name, ops, validate_only=bool(request.validate_only)
+            )
+        except KafkaError as exc:
+            code, message = _error(exc)
+        responses.append(_altered(resource, code, message))
+    return {"throttle_time": 0, "responses": responses}
+
+
+def _check_alterable(broker: Broker, resource: Any) -> None:
+    kind = int(resource.resource_type)
+    if kind == RESOURCE_BROKER:
+        _check_broker_name(broker, resource.resource_name)
+        raise _InvalidRequest(
+            "broker settings are static: change them in the settings file, environment or "
+            "flags, and restart"
+        )
+    if kind != RESOURCE_TOPIC:
+        raise _InvalidRequest(f"resource type {kind} cannot be altered (topics 2 can)")
+
+
+def _altered(resource: Any, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": message,
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+    }
+
+
+# --- DeleteRecords --------------------------------------------------------------------------
+
+
+def handle_delete_records(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            code, low_watermark = ErrorCode.none, -1
+            try:
+                low_watermark = broker.delete_records(
+                    topic.name, int(wanted.partition_index), int(wanted.offset)
+                )
+            except KafkaError as exc:
+                code = exc.code
+            partitions.append(
+                {
+                    "partition_index": wanted.partition_index,
+                    "low_watermark": low_watermark,
+                    "error_code": code,
+                }
+            )
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+# --- DescribeCluster and DescribeLogDirs ----------------------------------------------------
+
+
+def handle_describe_cluster(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    host, port = broker.advertised
+    include_ops = bool(request.include_cluster_authorized_operations)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "endpoint_type": getattr(request, "endpoint_type", 1),
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "brokers": [
+            {
+                "broker_id": broker.node_id,
+                "host": host,
+                "port": port,
+                "rack": None,
+                "is_fenced": False,
+            }
+        ],
+        "cluster_authorized_operations": (
+            _CLUSTER_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
+        ),
+    }
+
+
+def handle_describe_log_dirs(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    logs = broker.logs.logs()
+    if request.topics is None:
+        wanted = sorted(logs)
+    else:
+        wanted = [(t.topic, int(p)) for t in request.topics for p in t.partitions]
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for tp in wanted:
+        partition_log = logs.get(tp)
+        if partition_log is None:
+            continue  # Kafka leaves out what it does not host
+        by_topic.setdefault(tp[0], []).append(
+            {
+                "partition_index": tp[1],
+                "partition_size": partition_log.size_bytes,
+                "offset_lag": 0,
+                "is_future_key": False,
+            }
+        )
+    usage = shutil.disk_usage(broker.logs.data_dir)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "results": [
+            {
+                "error_code": ErrorCode.none,
+                "log_dir": str(broker.logs.data_dir.resolve()),
+                "topics": [
+                    {"name": name, "partitions": partitions}
+                    for name, partitions in by_topic.items()
+                ],
+                "total_bytes": usage.total,
+                "usable_bytes": usage.free,
+            }
+        ],
+    }

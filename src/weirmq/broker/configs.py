@@ -1,0 +1,388 @@
+"""Topic configs: which exist, what they default to, how a value is checked, and what a
+topic's effective settings are.
+
+Theory of operation
+-------------------
+Every topic config is one row of ``TOPIC_CONFIGS``: Kafka's name and type, the broker
+setting it defaults to (Kafka's synonym, e.g. ``retention.ms`` <- ``log.retention.ms``),
+a parser that turns the text a client sends into a canonical value or says why not, and
+one line of documentation. A topic stores only its overrides (``topics.json``); the value
+in force is the override, else the broker's setting, else the built-in default, which is
+exactly the chain DescribeConfigs reports as synonyms, each with Kafka's ConfigSource:
+
+    DYNAMIC_TOPIC_CONFIG (1)  <  STATIC_BROKER_CONFIG (4)  <  DEFAULT_CONFIG (5)
+
+A broker setting counts as STATIC_BROKER_CONFIG only when it differs from WeirMQ's default
+(the settings loader keeps no record of which layer set a value; a value equal to the
+default reads the same either way).
+
+Overrides are validated as a whole set (`check_overrides`): every name must be known, every
+value must parse, and the combination must make a valid `LogConfig`. Values are stored in
+canonical form (``"  100 "`` becomes ``"100"``, ``"Compact"`` is refused like Kafka
+refuses it). Unknown names are INVALID_CONFIG, as in Kafka, because a typo silently ignored
+(``retention.msec``) is a retention policy that never applies.
+
+``cleanup.policy=compact`` is accepted and turns time and size retention off for the topic,
+which is what compaction's users rely on: the newest record of every key stays. The
+compaction itself (dropping older records of a key) is not implemented yet, so such a topic
+keeps everything. ``min.insync.replicas`` is accepted and reported; with one broker there
+is one replica, so acks=all means that replica (fsynced).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+
+from ..storage.config import DAY_MS, LogConfig, TimestampType
+from ..wire.errors import ErrorCode, KafkaError
+from .settings import Settings
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+class ConfigSource(IntEnum):
+    """Kafka's DescribeConfigs config_source values."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigType(IntEnum):
+    """Kafka's DescribeConfigs config_type values (v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class InvalidConfigError(KafkaError):
+    code = ErrorCode.invalid_config
+
+
+class _Refused(Exception):
+    """Why a value does not parse; the caller adds which config it was for."""
+
+
+# --- parsers: text in, canonical text out --------------------------------------------------
+
+
+def _integer(minimum: int, maximum: int) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        stripped = text.strip()
+        try:
+            value = int(stripped, 10)
+        except ValueError:
+            raise _Refused(f"expected an integer, got {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise _Refused(f"must be between {minimum} and {maximum}, got {value}")
+        return str(value)
+
+    return parse
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip()
+        if value not in allowed:
+            raise _Refused(f"must be one of {', '.join(allowed)}; got {text!r}")
+        return value
+
+    return parse
+
+
+def _boolean(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise _Refused(f"expected true or false, got {text!r}")
+    return value
+
+
+def _cleanup_policy(text: str) -> str:
+    items = [item.strip() for item in text.split(",")]
+    if not items or any(item not in ("delete", "compact") for item in items):
+        raise _Refused(f"must be a list of delete and compact; got {text!r}")
+    return ",".join(dict.fromkeys(items))  # Kafka's order kept, duplicates dropped
+
+
+def _compression(text: str) -> str:
+    value = text.strip()
+    if value == "producer":
+        return value
+    raise _Refused(
+        f"only 'producer' is supported (batches are stored as the producer compressed them);"
+        f" got {text!r}"
+    )
+
+
+# --- the table ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigDef:
+    name: str
+    type: ConfigType
+    parse: Callable[[str], str]
+    default: str
+    """Built-in default (DEFAULT_CONFIG)."""
+    documentation: str
+    broker_name: str | None = None
+    """The broker config it defaults to (Kafka's synonym), when there is one."""
+    setting: str | None = None
+    """The `Settings` field holding that broker config in WeirMQ, when there is one."""
+    list_valued: bool = False
+    """APPEND and SUBTRACT apply (Kafka: only to LIST configs)."""
+
+    def broker_value(self, settings: Settings) -> str | None:
+        """The broker's setting for this config when it differs from the built-in default."""
+        if self.setting is None:
+            return None
+        value = str(getattr(settings, self.setting))
+        return None if value == self.default else value
+
+
+# fmt: off
+TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
+    TopicConfigDef(
+        "cleanup.policy", ConfigType.LIST, _cleanup_policy, "delete",
+        "delete: retention removes old segments; compact: retention keeps every segment "
+        "(the newest record per key is never removed; compaction itself is not run yet)",
+        broker_name="log.cleanup.policy", list_valued=True,
+    ),
+    TopicConfigDef(
+        "compression.type", ConfigType.STRING, _compression, "producer",
+        "batches are stored as the producer compressed them ('producer' only)",
+        broker_name="compression.type",
+    ),
+    TopicConfigDef(
+        "index.interval.bytes", ConfigType.INT, _integer(0, INT32_MAX), "4096",
+        "bytes of log between two entries of the sparse offset index",
+        broker_name="log.index.interval.bytes",
+    ),
+    TopicConfigDef(
+        "max.message.bytes", ConfigType.INT, _integer(64, INT32_MAX), "1048588",
+        "largest record batch accepted, after compression",
+        broker_name="message.max.bytes", setting="message_max_bytes",
+    ),
+    TopicConfigDef(
+        "message.timestamp.type", ConfigType.STRING, _choice("CreateTime", "LogAppendTime"),
+        "CreateTime",
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append",
+        broker_name="log.message.timestamp.type",
+    ),
+    TopicConfigDef(
+        "min.insync.replicas", ConfigType.INT, _integer(1, INT32_MAX), "1",
+        "accepted for compatibility; a single broker is the only replica",
+        broker_name="min.insync.replicas",
+    ),
+    TopicConfigDef(
+        "retention.bytes", ConfigType.LONG, _integer(-1, INT64_MAX), "-1",
+        "oldest segments are deleted while a partition is larger than this; -1: no limit",
+        broker_name="log.retention.bytes", setting="retention_bytes",
+    ),
+    TopicConfigDef(
+        "retention.ms", ConfigType.LONG, _integer(-1, INT64_MAX), str(7 * DAY_MS),
+        "segments whose newest record is older than this are deleted; -1: keep forever",
+        broker_name="log.retention.ms", setting="retention_ms",
+    ),
+    TopicConfigDef(
+        "segment.bytes", ConfigType.INT, _integer(1024, INT32_MAX), str(1024**3),
+        "a segment file is rolled before it grows past this",
+        broker_name="log.segment.bytes", setting="segment_bytes",
+    ),
+    TopicConfigDef(
+        "segment.ms", ConfigType.LONG, _integer(1, INT64_MAX), str(7 * DAY_MS),
+        "a segment is rolled once it is this old, even if not full",
+        broker_name="log.roll.ms",
+    ),
+    TopicConfigDef(
+        "weirmq.acks.all.fsync", ConfigType.BOOLEAN, _boolean, "true",
+        "true: acks=all is answered once the batch is fsynced; false: once it is written to "
+        "the OS (acks=1 durability, for data that can be replayed from elsewhere)",
+    ),
+)
+# fmt: on
+
+CONFIGS_BY_NAME: Mapping[str, TopicConfigDef] = {c.name: c for c in TOPIC_CONFIGS}
+
+
+# --- resolution and checks ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config of one topic as DescribeConfigs reports it."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    sensitive: bool
+    type: str
+    documentation: str
+    synonyms: tuple[tuple[str, str, int], ...]
+    """(name, value, source) from the value in force down to the built-in default."""
+
+
+def effective(settings: Settings, overrides: Mapping[str, str], name: str) -> str:
+    """The value in force for config `name`."""
+    definition = CONFIGS_BY_NAME[name]
+    if name in overrides:
+        return overrides[name]
+    return definition.broker_value(settings) or definition.default
+
+
+def describe(settings: Settings, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+    """Every topic config, in name order, with its source and synonyms."""
+    entries = []
+    for definition in TOPIC_CONFIGS:
+        synonyms: list[tuple[str, str, int]] = []
+        if definition.name in overrides:
+            synonyms.append(
+                (definition.name, overrides[definition.name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
+            )
+        broker_value = definition.broker_value(settings)
+        if broker_value is not None and definition.broker_name is not None:
+            synonyms.append(
+                (definition.broker_name, broker_value, ConfigSource.STATIC_BROKER_CONFIG)
+            )
+        synonyms.append(
+            (definition.broker_name or definition.name, definition.default,
+             ConfigSource.DEFAULT_CONFIG)
+        )  # fmt: skip
+        _, value, source = synonyms[0]
+        entries.append(
+            ConfigEntry(
+                name=definition.name,
+                value=value,
+                source=source,
+                read_only=False,
+                sensitive=False,
+                type=definition.type.name,
+                documentation=definition.documentation,
+                synonyms=tuple(synonyms),
+            )
+        )
+    return entries
+
+
+def parse_value(name: str, value: str | None) -> str:
+    """`value` in canonical form for config `name`, or InvalidConfigError."""
+    definition = CONFIGS_BY_NAME.get(name)
+    if definition is None:
+        raise InvalidConfigError(f"unknown topic config {name!r}")
+    if value is None:
+        raise InvalidConfigError(f"topic config {name!r} needs a value (null given)")
+    try:
+        return definition.parse(value)
+    except _Refused as exc:
+        raise InvalidConfigError(f"invalid value for topic config {name!r}: {exc}") from None
+
+
+def check_overrides(settings: Settings, overrides: Mapping[str, str | None]) -> dict[str, str]:
+    """Validated, canonical overrides, or InvalidConfigError naming the first bad one."""
+    checked = {name: parse_value(name, value) for name, value in sorted(overrides.items())}
+    try:
+        log_config(settings, checked)
+    except ValueError as exc:
+        raise InvalidConfigError(str(exc)) from None
+    return checked
+
+
+def log_config(settings: Settings, overrides: Mapping[str, str]) -> LogConfig:
+    """The storage settings of a topic with these overrides."""
+
+    def value(name: str) -> str:
+        return effective(settings, overrides, name)
+
+    def bound(name: str) -> int | None:
+        number = int(value(name))
+        return None if number < 0 else number
+
+    keep_everything = "delete" not in value("cleanup.policy").split(",")
+    return LogConfig(
+        segment_bytes=int(value("segment.bytes")),
+        segment_ms=int(value("segment.ms")),
+        retention_ms=None if keep_everything else bound("retention.ms"),
+        retention_bytes=None if keep_everything else bound("retention.bytes"),
+        max_message_bytes=int(value("max.message.bytes")),
+        index_interval_bytes=int(value("index.interval.bytes")),
+        timestamp_type=TimestampType(value("message.timestamp.type")),
+    )
+
+
+def acks_all_fsync(settings: Settings, overrides: Mapping[str, str]) -> bool:
+    return effective(settings, overrides, "weirmq.acks.all.fsync") == "true"
+
+
+# --- incremental changes --------------------------------------------------------------------
+
+
+class AlterOp(IntEnum):
+    """IncrementalAlterConfigs operations."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+def apply_ops(
+    settings: Settings, overrides: Mapping[str, str], ops: list[tuple[str, int, str | None]]
+) -> dict[str, str]:
+    """The overrides after IncrementalAlterConfigs `ops` ((name, op, value), in order),
+    validated as a whole; the input is not changed."""
+    result = dict(overrides)
+    seen: set[str] = set()
+    for name, op, value in ops:
+        if name in seen:
+            raise InvalidConfigError(f"topic config {name!r} appears twice in one request")
+        seen.add(name)
+        definition = CONFIGS_BY_NAME.get(name)
+        if definition is None:
+            raise InvalidConfigError(f"unknown topic config {name!r}")
+        if op == AlterOp.SET:
+            result[name] = parse_value(name, value)
+        elif op == AlterOp.DELETE:
+            result.pop(name, None)
+        elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
+            result[name] = _list_op(settings, result, definition, op, value)
+        else:
+            raise InvalidConfigError(f"unknown config operation {op} for {name!r}")
+    return check_overrides(settings, result)
+
+
+def _list_op(
+    settings: Settings,
+    overrides: Mapping[str, str],
+    definition: TopicConfigDef,
+    op: int,
+    value: str | None,
+) -> str:
+    if not definition.list_valued:
+        raise InvalidConfigError(
+            f"APPEND and SUBTRACT apply to list configs only; {definition.name!r} is "
+            f"{definition.type.name}"
+        )
+    if value is None:
+        raise InvalidConfigError(f"topic config {definition.name!r} needs a value (null given)")
+    current = effective(settings, overrides, definition.name).split(",")
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if op == AlterOp.APPEND:
+        merged = current + [item for item in items if item not in current]
+    else:
+        merged = [item for item in current if item not in items]
+    return parse_value(definition.name, ",".join(merged))
