@@ -30,7 +30,7 @@ from weirmq.storage.log import FileLog
 from weirmq.storage.memory import MemoryLog
 from weirmq.testing import ManualClock
 from weirmq.testing.records import make_batch, read_all
-from weirmq.wire.records import parse_header
+from weirmq.wire.records import parse_header, record_timestamps
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=150)
 PROPERTY_SETTINGS = settings(
@@ -223,3 +223,25 @@ def test_lost_or_torn_indexes_are_rebuilt(
             assert log.offset_for_timestamp(ts) == model.offset_for_timestamp(ts)
         log.close()
         handles.close()
+
+
+def test_a_segment_flushed_before_it_rolled_keeps_its_newest_timestamps_findable() -> None:
+    # Found by the property above: a segment flushed while active, then sealed by a roll
+    # (which adds the time-index entry for its maximum in memory), then a crash before the
+    # next flush. It lies below the recovery point, so its indexes are trusted on open, but
+    # the time index on disk lacks the maximum: the newest batches must still be found.
+    history = [("append", 2, 100)] * 7 + [("flush", 0, 0), ("append", 2, 100)]
+    with tempfile.TemporaryDirectory() as tmp:
+        crashed = crash_after(Path(tmp) / "t-0", history)
+        assert len(crashed.log_files()) == 2, "the last batch must have rolled the segment"
+        log, handles = reopen(crashed, recovery_point=crashed.flushed)
+        try:
+            model = MemoryLog(CONFIG, clock=ManualClock())
+            for b in crashed.expected:
+                model.append(b)
+            timestamps = [ts for b in crashed.expected for _o, ts in record_timestamps(b)]
+            for ts in timestamps:
+                assert log.offset_for_timestamp(ts) == model.offset_for_timestamp(ts)
+        finally:
+            log.close()
+            handles.close()

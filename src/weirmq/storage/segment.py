@@ -315,30 +315,44 @@ class Segment:
             self.seal()
             return problem
         assert index is not None
+        next_offset, tail_max_ts, tail_max_ts_offset = tail
         self.index, self.time_index = index, time_index
         self.size = self.synced_size = file_size
-        self.next_offset = tail
+        self.next_offset = next_offset
         self.max_timestamp = time_index.timestamps[-1]
         self.max_timestamp_offset = self.base_offset + time_index.offsets[-1]
-        if self.max_timestamp_offset >= tail:
+        if self.max_timestamp_offset >= next_offset:
             problem = self.recover()
             self.seal()
             return problem
         self.sealed = self.indexes_synced = True
+        if tail_max_ts > self.max_timestamp:
+            # The entry `seal` adds for the maximum had not reached the disk (the segment
+            # was flushed before it rolled): the batches after the last index entry say it.
+            self.max_timestamp, self.max_timestamp_offset = tail_max_ts, tail_max_ts_offset
+            self.complete_time_index()
+            self.indexes_synced = False
         return None
 
-    def _scan_tail(self, fd: int, index: OffsetIndex, file_size: int) -> int | None:
-        """Next offset after walking the headers from the last index entry to the end of
-        the file, or None if anything there disagrees (then the caller rebuilds)."""
+    def _scan_tail(
+        self, fd: int, index: OffsetIndex, file_size: int
+    ) -> tuple[int, int, int] | None:
+        """Walk the headers from the last index entry to the end of the file: the next
+        offset, and the largest timestamp there with its batch's base offset (the time
+        index covers only the batches before that entry). None if anything there
+        disagrees (then the caller rebuilds)."""
         position = index.positions[-1] if len(index) else 0
         expected = self.base_offset + index.offsets[-1] if len(index) else self.base_offset
         if position >= file_size:
             return None
+        max_ts, max_ts_offset = -1, expected
         for _pos, checked, _view in _scan(fd, position, file_size, crc=False):
             if isinstance(checked, str) or checked.base_offset != expected:
                 return None
+            if checked.max_timestamp > max_ts:
+                max_ts, max_ts_offset = checked.max_timestamp, checked.base_offset
             expected = checked.last_offset + 1
-        return expected
+        return expected, max_ts, max_ts_offset
 
 
 class _Validation:
