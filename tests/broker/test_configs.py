@@ -1,0 +1,128 @@
+"""Topic configs (`weirmq.broker.configs`): parsing, the chain of defaults, incremental
+changes, what reaches the storage layer, and the table in docs/configuration.md."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from weirmq.broker import configs
+from weirmq.broker.configs import AlterOp, ConfigSource, InvalidConfigError
+from weirmq.broker.settings import Settings
+from weirmq.storage.config import TimestampType
+
+CONFIGURATION_DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+DEFAULTS = Settings()
+
+
+def test_values_are_stored_canonical() -> None:
+    assert configs.parse_value("retention.ms", "  60000 ") == "60000"
+    assert configs.parse_value("cleanup.policy", "compact, delete,compact") == "compact,delete"
+    assert configs.parse_value("weirmq.acks.all.fsync", "FALSE") == "false"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("retention.ms", "1e3", "expected an integer"),
+        ("retention.ms", "-2", "between -1 and"),
+        ("segment.bytes", str(2**31), "between 1024 and 2147483647"),
+        ("cleanup.policy", "", "list of delete and compact"),
+        ("message.timestamp.type", "createtime", "one of CreateTime, LogAppendTime"),
+        ("compression.type", "zstd", "only 'producer'"),
+        ("retention.msec", "1", "unknown topic config 'retention.msec'"),
+        ("retention.ms", None, "needs a value"),
+    ],
+)
+def test_bad_values_are_refused_with_a_reason(name: str, value: str | None, message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        configs.parse_value(name, value)
+
+
+@given(st.integers(-1, 2**63 - 1))
+def test_every_long_in_range_round_trips(value: int) -> None:
+    assert configs.parse_value("retention.ms", str(value)) == str(value)
+
+
+def test_the_chain_override_then_broker_setting_then_default() -> None:
+    settings = Settings(retention_ms=1000, segment_bytes=4096)
+    entries = {e.name: e for e in configs.describe(settings, {"segment.bytes": "2048"})}
+    assert (entries["segment.bytes"].value, entries["segment.bytes"].source) == ("2048", 1)
+    assert [s[2] for s in entries["segment.bytes"].synonyms] == [
+        ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        ConfigSource.STATIC_BROKER_CONFIG,
+        ConfigSource.DEFAULT_CONFIG,
+    ]
+    assert (entries["retention.ms"].value, entries["retention.ms"].source) == ("1000", 4)
+    assert (entries["segment.ms"].value, entries["segment.ms"].source) == ("604800000", 5)
+    assert [e.name for e in configs.describe(DEFAULTS, {})] == sorted(configs.CONFIGS_BY_NAME)
+
+
+def test_log_config_follows_the_overrides() -> None:
+    config = configs.log_config(
+        DEFAULTS,
+        {
+            "segment.bytes": "2048",
+            "segment.ms": "10",
+            "retention.ms": "-1",
+            "retention.bytes": "100000",
+            "max.message.bytes": "500",
+            "index.interval.bytes": "0",
+            "message.timestamp.type": "LogAppendTime",
+        },
+    )
+    assert (config.segment_bytes, config.segment_ms) == (2048, 10)
+    assert (config.retention_ms, config.retention_bytes) == (None, 100_000)
+    assert (config.max_message_bytes, config.index_interval_bytes) == (500, 0)
+    assert config.timestamp_type is TimestampType.LOG_APPEND_TIME
+    defaults = configs.log_config(DEFAULTS, {})
+    assert (defaults.retention_ms, defaults.retention_bytes) == (7 * 24 * 3600 * 1000, None)
+
+
+@pytest.mark.parametrize("policy", ["compact", "delete,compact"])
+def test_compact_alone_turns_retention_off(policy: str) -> None:
+    config = configs.log_config(DEFAULTS, {"cleanup.policy": policy, "retention.ms": "5"})
+    assert config.retention_ms == (None if policy == "compact" else 5)
+
+
+def test_incremental_ops_apply_in_order_and_validate_the_result() -> None:
+    start = {"retention.ms": "5", "cleanup.policy": "delete"}
+    ops: list[tuple[str, int, str | None]] = [
+        ("retention.ms", AlterOp.DELETE, None),
+        ("cleanup.policy", AlterOp.APPEND, "compact,delete"),
+        ("segment.ms", AlterOp.SET, "1000"),
+    ]
+    assert configs.apply_ops(DEFAULTS, start, ops) == {
+        "cleanup.policy": "delete,compact",
+        "segment.ms": "1000",
+    }
+    assert start == {"retention.ms": "5", "cleanup.policy": "delete"}  # not changed in place
+    # APPEND starts from the value in force when there is no override.
+    appended = configs.apply_ops(DEFAULTS, {}, [("cleanup.policy", AlterOp.APPEND, "compact")])
+    assert appended == {"cleanup.policy": "delete,compact"}
+    with pytest.raises(InvalidConfigError, match="list configs only"):
+        configs.apply_ops(DEFAULTS, {}, [("segment.ms", AlterOp.SUBTRACT, "1")])
+
+
+def test_acks_all_fsync() -> None:
+    assert configs.acks_all_fsync(DEFAULTS, {})
+    assert not configs.acks_all_fsync(DEFAULTS, {"weirmq.acks.all.fsync": "false"})
+
+
+def test_every_topic_config_is_documented_with_its_default() -> None:
+    rows = {}
+    for line in CONFIGURATION_DOC.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        match = re.fullmatch(r"`([a-z.]+\.[a-z.]+)`", cells[0])
+        if match and len(cells) == 4:
+            rows[match.group(1)] = cells
+    assert sorted(rows) == sorted(configs.CONFIGS_BY_NAME)
+    for definition in configs.TOPIC_CONFIGS:
+        _, default, setting, meaning = rows[definition.name]
+        assert default.startswith(f"`{definition.default}`"), definition.name
+        assert setting == (f"`{definition.setting}`" if definition.setting else "(none)")
+        assert meaning
