@@ -180,6 +180,20 @@ def test_delete_partition_and_leftovers(tmp_path: Path, clock: ManualClock) -> N
     again.close()
 
 
+def test_a_partition_of_a_249_character_topic_can_be_deleted(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    # The renamed directory must fit the file system's 255-byte name limit (found by the
+    # admin API's fuzz test: deleting such a topic failed with "File name too long").
+    name = "t" * 249
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    manager.create(name, 10).append(make_batch())
+    manager.delete(name, 10)
+    assert manager.get(name, 10) is None
+    assert list(tmp_path.glob("t*")) == []
+    manager.close()
+
+
 def test_housekeeping_applies_each_topics_retention(tmp_path: Path, clock: ManualClock) -> None:
     configs = {
         "short": LogConfig(segment_bytes=1024, retention_ms=1000),

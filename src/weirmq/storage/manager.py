@@ -45,6 +45,7 @@ RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 DELETED_SUFFIX = "-delete"
+_TRASH_PREFIX_CHARS = 200  # + "." + 32 hex digits + "-delete" stays within 255 bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,17 +143,20 @@ class LogManager:
         return new
 
     def delete(self, topic: str, partition: int) -> None:
-        """Remove the partition and its files (renamed first, so a crash cannot half-delete)."""
-        with self._lock:
-            doomed = self._logs.pop((topic, partition), None)
+        """Remove the partition and its files (renamed first, so a crash cannot half-delete).
+
+        The renamed directory keeps a prefix of the old name: a 249-character topic name
+        plus the unique suffix would pass the file system's 255-byte limit."""
+        doomed = self._logs.get((topic, partition))
         if doomed is None:
             return
         for segment in doomed.segments:
             self.handles.forget(segment.log_path)
-        trash = doomed.directory.with_name(
-            f"{doomed.directory.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}"
-        )
+        prefix = doomed.directory.name[:_TRASH_PREFIX_CHARS]
+        trash = doomed.directory.with_name(f"{prefix}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
         os.rename(doomed.directory, trash)
+        with self._lock:
+            del self._logs[(topic, partition)]
         shutil.rmtree(trash, ignore_errors=True)
 
     # --- durability -------------------------------------------------------------------
