@@ -1,0 +1,105 @@
+"""How the admin API says no: one JSON error shape, and the HTTP status of each failure.
+
+Every failure, whatever raised it, leaves as ``{"error": {"code": ..., "message": ...}}``
+with a 4xx status when the request was at fault:
+
+- `ApiError`: raised by the handlers for requests they refuse (a body that is not JSON, a
+  field of the wrong type); ``code`` is one of the upper-case names below.
+- The broker's operational errors (`weirmq.wire.errors.KafkaError` subclasses) carry a Kafka
+  error code; the code's name (``TOPIC_ALREADY_EXISTS``) becomes ``code`` and the status
+  comes from `_STATUS_BY_KAFKA_CODE`. A Kafka code missing there is the broker's trouble,
+  not the request's, so it is a 500.
+
+This package may import only `weirmq.broker` (tests/test_import_rules.py), not
+`weirmq.wire`, so a Kafka error is recognised by what it carries: a `code` that is kio's
+`ErrorCode`, the enum `weirmq.wire.errors` itself is built on.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from aiohttp import web
+from kio.schema.errors import ErrorCode
+
+# The codes of errors the admin API raises itself (Kafka's codes come from ErrorCode).
+MALFORMED_JSON = "MALFORMED_JSON"
+INVALID_REQUEST = "INVALID_REQUEST"
+INTERNAL_ERROR = "INTERNAL_ERROR"
+# Kafka's name, for the refusals the admin API makes itself before asking the broker.
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition.name.upper()
+
+_STATUS_BY_KAFKA_CODE: dict[ErrorCode, int] = {
+    ErrorCode.unknown_topic_or_partition: 404,
+    ErrorCode.unknown_topic_id: 404,
+    ErrorCode.topic_already_exists: 409,
+    ErrorCode.invalid_topic_exception: 400,
+    ErrorCode.invalid_partitions: 400,
+    ErrorCode.invalid_replication_factor: 400,
+    ErrorCode.invalid_config: 400,
+    ErrorCode.invalid_request: 400,
+    ErrorCode.policy_violation: 400,
+}
+
+# aiohttp's own refusals (no route, wrong method, body too large), under names that read
+# like the rest; other statuses use the standard phrase in upper case.
+_CODE_BY_HTTP_STATUS: dict[int, str] = {
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+}
+
+
+class ApiError(Exception):
+    """A request the admin API refuses: its HTTP status, error code and message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        assert 400 <= status <= 599, status
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def response(self, headers: dict[str, str] | None = None) -> web.Response:
+        return error_response(self.status, self.code, self.message, headers)
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The one error shape of the admin API."""
+    body = {"error": {"code": code, "message": message}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def from_kafka_error(exc: BaseException) -> ApiError | None:
+    """The HTTP answer to a broker error carrying a Kafka code, or None for anything else."""
+    code = getattr(exc, "code", None)
+    if not isinstance(code, ErrorCode):
+        return None
+    status = _STATUS_BY_KAFKA_CODE.get(code, 500)
+    return ApiError(status, code.name.upper(), str(exc) or code.name)
+
+
+def from_http_exception(exc: web.HTTPException) -> web.Response:
+    """aiohttp's own refusal (no such route, wrong method, too large) in our JSON shape."""
+    code = _CODE_BY_HTTP_STATUS.get(exc.status) or _status_name(exc.status)
+    # Allow (on a 405) tells the client what would have worked; keep it.
+    headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+    return error_response(exc.status, code, _message_for(exc), headers)
+
+
+def _status_name(status: int) -> str:
+    try:
+        return HTTPStatus(status).name
+    except ValueError:
+        return f"HTTP_{status}"
+
+
+def _message_for(exc: web.HTTPException) -> str:
+    if exc.status == 404:
+        return "no such endpoint; the API is described at /openapi.json"
+    if exc.status == 405:
+        return f"method not allowed here; allowed: {exc.headers.get('Allow', 'none')}"
+    # aiohttp's text says what was wrong ("Maximum request body size 1048576 exceeded, ...").
+    return exc.text or exc.reason

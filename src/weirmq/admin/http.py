@@ -1,0 +1,319 @@
+"""The HTTP admin API and ``/metrics``, served by aiohttp on the broker's own event loop.
+
+Theory of operation
+-------------------
+`AdminService` is a `weirmq.server.run.Service`: ``serve`` starts it after the Kafka
+listener is up, on the same event loop, and stops it before the broker closes. Because
+the handlers run on the loop thread, the thread that owns all broker state, they read and
+change that state directly, with no locks and no copies, exactly as a Kafka request
+handler does; topic creation through this API and through CreateTopics are one code path
+(`Broker.create_topic`). The price is that a handler must be quick: each one here is
+proportional to the number of topics and partitions, and none waits on anything but the
+request body.
+
+Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json``)::
+
+    GET    /api/v1/health                                  200 or 503
+    GET    /api/v1/broker
+    GET    /api/v1/topics                 POST /api/v1/topics      201
+    GET    /api/v1/topics/{name}          DELETE                   204
+    GET    /api/v1/topics/{name}/partitions[/{partition}]
+    GET    /api/v1/topics/{name}/configs  PATCH                    200
+    GET    /openapi.json
+    GET    /metrics                                        Prometheus text format
+
+Consumer groups (``/api/v1/groups``, with lag per partition) join the table when groups
+exist.
+
+Nothing a request sends can take the broker down: one middleware turns every failure into
+the JSON error shape of `weirmq.admin.errors` (4xx for the request's faults, 500 for
+ours, logged), bodies are capped at `BODY_BYTES_MAX` before they are parsed, and request
+fields are checked for type before the broker sees them. aiohttp's access log is off: a
+Prometheus scrape every few seconds would otherwise be most of the broker's log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import CollectorRegistry
+
+from weirmq.broker.core import Broker
+from weirmq.broker.settings import Settings, parse_host_port
+from weirmq.broker.topics import Topic
+
+from . import openapi, views
+from .errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    MALFORMED_JSON,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    ApiError,
+    error_response,
+    from_http_exception,
+    from_kafka_error,
+)
+from .metrics import exposition, metrics_registry
+
+log = logging.getLogger(__name__)
+
+BODY_BYTES_MAX = 1 << 20
+"""Largest request body read; a topic with a thousand configs fits many times over."""
+
+BROKER = web.AppKey("broker", Broker)
+REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
+OPENAPI_JSON = web.AppKey("openapi_json", bytes)
+
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: int() also takes "٣", " 3" and "+3"
+_PARTITION_DIGITS_MAX = 10  # more is beyond any partition (int32), and int() refuses 4300
+_CREATE_TOPIC_FIELDS = frozenset({"name", "partitions", "configs"})
+_ALTER_CONFIGS_FIELDS = frozenset({"set", "delete"})
+
+
+# --- the service ----------------------------------------------------------------------------
+
+
+class AdminService:
+    """Runs `create_app` on ``settings.admin_listen``; see the module docstring."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._runner: web.AppRunner | None = None
+        self._address: tuple[str, int] | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) actually bound; the port is the real one when 0 was asked for."""
+        if self._address is None:
+            raise RuntimeError("the admin API has not started")
+        return self._address
+
+    async def start(self, broker: Broker) -> str:
+        """Bind and serve; returns the line announcing where."""
+        if self.settings.admin_listen is None:
+            raise ValueError("admin_listen is off; there is nothing to start")
+        host, port = parse_host_port(self.settings.admin_listen)
+        self._runner = web.AppRunner(
+            create_app(broker),
+            access_log=None,
+            # Handlers never wait, so this only bounds a client still sending its body.
+            shutdown_timeout=self.settings.shutdown_timeout_ms / 1000,
+        )
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        bound = self._runner.addresses[0]
+        self._address = (str(bound[0]), int(bound[1]))
+        url = f"http://{views.format_address(*self._address)}"
+        return f"weirmq: admin API and metrics on {url}"
+
+    async def stop(self) -> None:
+        """Stop serving (idempotent; also after a start that failed half way)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+
+def create_app(broker: Broker) -> web.Application:
+    """The admin application for `broker` (tests serve it with aiohttp's test server)."""
+    app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_errors_as_json])
+    app[BROKER] = broker
+    app[REGISTRY] = metrics_registry(broker)
+    app[OPENAPI_JSON] = json.dumps(openapi.document()).encode()
+    app.add_routes(
+        [
+            web.get("/api/v1/health", get_health),
+            web.get("/api/v1/broker", get_broker),
+            web.get("/api/v1/topics", list_topics),
+            web.post("/api/v1/topics", create_topic),
+            web.get("/api/v1/topics/{name}", get_topic, name="topic"),
+            web.delete("/api/v1/topics/{name}", delete_topic),
+            web.get("/api/v1/topics/{name}/partitions", list_partitions),
+            web.get("/api/v1/topics/{name}/partitions/{partition}", get_partition),
+            web.get("/api/v1/topics/{name}/configs", describe_configs),
+            web.patch("/api/v1/topics/{name}/configs", alter_configs),
+            # /api/v1/groups and /api/v1/groups/{group} (members, offsets, lag) go here
+            # once consumer groups exist.
+            web.get("/openapi.json", get_openapi),
+            web.get("/metrics", get_metrics),
+        ]
+    )
+    return app
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure leaves in the JSON error shape; see `weirmq.admin.errors`."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except web.HTTPException as exc:  # aiohttp's: no route, wrong method, body too large
+        if exc.status < 400:
+            raise
+        return from_http_exception(exc)
+    except Exception as exc:
+        refused = from_kafka_error(exc)
+        if refused is not None and refused.status < 500:
+            return refused.response()
+        log.exception("admin API: %s %s failed", request.method, request.path)
+        if refused is not None:
+            return refused.response()
+        return error_response(500, INTERNAL_ERROR, "internal error; the broker log has details")
+
+
+# --- handlers -------------------------------------------------------------------------------
+
+
+async def get_health(request: web.Request) -> web.Response:
+    document, healthy = views.health(request.app[BROKER])
+    return web.json_response(document, status=200 if healthy else 503)
+
+
+async def get_broker(request: web.Request) -> web.Response:
+    return web.json_response(views.broker_document(request.app[BROKER]))
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    topics = sorted(broker.topics, key=lambda topic: topic.name)
+    return web.json_response({"topics": [views.topic_summary(broker, t) for t in topics]})
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    body = await _json_object(request, _CREATE_TOPIC_FIELDS)
+    name = _string(body, "name")
+    partitions = _partition_count(body, broker.settings.default_partitions)
+    configs = _string_map(body, "configs")
+    topic = broker.create_topic(name, partitions, configs)
+    location = request.app.router["topic"].url_for(name=topic.name)
+    return web.json_response(
+        views.topic_detail(broker, topic), status=201, headers={"Location": str(location)}
+    )
+
+
+async def get_topic(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    return web.json_response(views.topic_detail(broker, _topic(request)))
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    request.app[BROKER].delete_topic(topic.name)
+    return web.Response(status=204)
+
+
+async def list_partitions(request: web.Request) -> web.Response:
+    broker, topic = request.app[BROKER], _topic(request)
+    return web.json_response(
+        {"topic": topic.name, "partitions": views.partitions_of(broker, topic)}
+    )
+
+
+async def get_partition(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    text = request.match_info["partition"]
+    if _DIGITS.fullmatch(text) is None:
+        raise ApiError(400, INVALID_REQUEST, "the partition must be a number from 0")
+    if len(text) > _PARTITION_DIGITS_MAX or int(text) >= topic.partitions:
+        raise ApiError(
+            404,
+            UNKNOWN_TOPIC_OR_PARTITION,
+            f"topic {topic.name!r} has partitions 0..{topic.partitions - 1}",
+        )
+    partition_document = views.partition_document(request.app[BROKER], topic.name, int(text))
+    return web.json_response(partition_document)
+
+
+async def describe_configs(request: web.Request) -> web.Response:
+    broker, topic = request.app[BROKER], _topic(request)
+    entries = broker.describe_topic_configs(topic.name)
+    return web.json_response(views.configs_document(topic.name, entries))
+
+
+async def alter_configs(request: web.Request) -> web.Response:
+    broker, topic = request.app[BROKER], _topic(request)
+    body = await _json_object(request, _ALTER_CONFIGS_FIELDS)
+    to_set = _string_map(body, "set")
+    to_delete = _string_list(body, "delete")
+    broker.alter_topic_configs(topic.name, to_set, to_delete)
+    entries = broker.describe_topic_configs(topic.name)
+    return web.json_response(views.configs_document(topic.name, entries))
+
+
+async def get_openapi(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[OPENAPI_JSON], content_type="application/json")
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    body, content_type = exposition(request.app[REGISTRY], request.headers.get("Accept", ""))
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+# --- reading requests -----------------------------------------------------------------------
+
+
+def _topic(request: web.Request) -> Topic:
+    name = request.match_info["name"]
+    topic = request.app[BROKER].topics.get(name)
+    if topic is None:
+        raise ApiError(404, UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+    return topic
+
+
+async def _json_object(request: web.Request, allowed: frozenset[str]) -> dict[str, object]:
+    """The body as a JSON object with no fields outside `allowed` (a misspelt field is an
+    error, not silently ignored). Raises 413 past `BODY_BYTES_MAX` (aiohttp does)."""
+    raw = await request.read()
+    if not raw.strip():
+        raise ApiError(400, MALFORMED_JSON, "the request needs a JSON object as its body")
+    try:
+        value = json.loads(raw)
+    except RecursionError:  # "[[[[..." a megabyte deep
+        raise ApiError(400, MALFORMED_JSON, "the body is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for non-UTF text
+        raise ApiError(400, MALFORMED_JSON, f"the body is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, INVALID_REQUEST, "the body must be a JSON object")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ApiError(
+            400,
+            INVALID_REQUEST,
+            f"unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"expected {', '.join(map(repr, sorted(allowed)))}",
+        )
+    return value
+
+
+def _string(body: dict[str, object], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str):
+        raise ApiError(400, INVALID_REQUEST, f"{key!r} is required and must be a string")
+    return value
+
+
+def _partition_count(body: dict[str, object], default: int) -> int:
+    """An integer; its range is the broker's to check (as for CreateTopics)."""
+    value = body.get("partitions", default)
+    if isinstance(value, bool) or not isinstance(value, int):  # JSON true is not 1
+        raise ApiError(400, INVALID_REQUEST, "'partitions' must be an integer")
+    return value
+
+
+def _string_map(body: dict[str, object], key: str) -> dict[str, str]:
+    value = body.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ApiError(400, INVALID_REQUEST, f"{key!r} must be an object of string values")
+    return value
+
+
+def _string_list(body: dict[str, object], key: str) -> list[str]:
+    value = body.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ApiError(400, INVALID_REQUEST, f"{key!r} must be an array of strings")
+    return value

@@ -1,0 +1,218 @@
+"""Prometheus metrics of one broker, computed when scraped.
+
+Theory of operation
+-------------------
+The broker's hot paths never touch prometheus_client: they add to plain integers and
+`LatencyHistogram`s in `broker.stats` (`weirmq.broker.stats`) and the storage layer keeps
+its own sizes and offsets. `BrokerCollector` is a prometheus_client custom collector that
+reads all of that when `/metrics` is scraped and builds the metric families then. So a
+produce pays two additions for being measured, and a broker nobody scrapes pays nothing.
+
+Each broker gets its own `CollectorRegistry` (`metrics_registry`), never the process-wide
+default one: tests run several brokers in one process, and a second broker registering on
+the global registry would either fail or report the first one's numbers. The registry also
+carries prometheus_client's process collector (memory, CPU, file descriptors).
+
+The collector runs on the event loop thread, which writes every counter it reads, so a
+scrape sees a consistent picture, except the flush histogram, written by the storage
+flusher thread: a scrape may see its count one observation ahead of its sum, which is
+harmless and never accumulates (see `weirmq.storage.stats`).
+
+Naming follows Prometheus' conventions: a ``weirmq_`` prefix, ``_total`` on counters,
+base units (``_seconds``, ``_bytes``) in the name. docs/admin-api.md lists every family;
+a test checks that list against what a scrape exports.
+
+Consumer groups do not exist yet; their lag (``weirmq_consumer_group_lag``, labels group,
+topic, partition) joins `BrokerCollector.collect` with them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from kio.schema.index import api_key_map
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from weirmq import __version__
+from weirmq.broker.core import Broker
+from weirmq.broker.dispatch import API_VERSIONS
+from weirmq.broker.stats import ApiStats
+
+from .views import uptime_ms
+
+PREFIX = "weirmq"
+
+
+def metrics_registry(broker: Broker) -> CollectorRegistry:
+    """A registry of its own for `broker`: its collector and the process collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def exposition(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
+    """The scrape body and its content type: OpenMetrics when the scraper asks for it
+    in ``Accept`` (Prometheus does), else the classic text format."""
+    encode, content_type = choose_encoder(accept)
+    return encode(registry), content_type
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key ("Produce", "ListOffsets"), from kio's table of them."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return f"Unknown{api_key}"
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
+class BrokerCollector(Collector):
+    """Reads one broker's counters, sizes and offsets at scrape time; see the module
+    docstring."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._broker()
+        yield from self._traffic()
+        yield from self._requests()
+        yield from self._connections()
+        yield from self._partitions()
+        yield self._flushes()
+
+    def _broker(self) -> Iterator[Metric]:
+        broker = self.broker
+        info = GaugeMetricFamily(
+            f"{PREFIX}_broker_info",
+            "Always 1; the labels identify the broker.",
+            labels=["version", "node_id", "cluster_id"],
+        )
+        info.add_metric([__version__, str(broker.node_id), broker.cluster_id], 1)
+        yield info
+        yield GaugeMetricFamily(
+            f"{PREFIX}_uptime_seconds",
+            "Seconds since the broker started.",
+            value=uptime_ms(broker) / 1000,
+        )
+        topics = list(broker.topics)
+        yield GaugeMetricFamily(f"{PREFIX}_topics", "Topics.", value=len(topics))
+        yield GaugeMetricFamily(
+            f"{PREFIX}_partitions",
+            "Partitions of all topics.",
+            value=sum(topic.partitions for topic in topics),
+        )
+
+    def _traffic(self) -> Iterator[Metric]:
+        families = {
+            "bytes_in": "Record-batch bytes appended to the topic (retried duplicates not "
+            "counted).",
+            "records_in": "Records appended to the topic.",
+            "bytes_out": "Record-batch bytes returned by Fetch from the topic.",
+            "records_out": "Records in the batches returned by Fetch from the topic.",
+        }
+        for attribute, documentation in families.items():
+            family = CounterMetricFamily(
+                f"{PREFIX}_topic_{attribute}", documentation, labels=["topic"]
+            )
+            for topic, stats in sorted(self.broker.stats.topics.items()):
+                family.add_metric([topic], getattr(stats, attribute))
+            yield family
+
+    def _requests(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            f"{PREFIX}_requests", "Kafka requests answered, by API.", labels=["api"]
+        )
+        latency = HistogramMetricFamily(
+            f"{PREFIX}_request_duration_seconds",
+            "Seconds from a decoded Kafka request to its response being ready, by API.",
+            labels=["api"],
+        )
+        observed = self.broker.stats.apis
+        # Every API the broker speaks has a series from the start, at 0, so rate() and
+        # alerts work from the first request on instead of after it.
+        for key in sorted(set(API_VERSIONS) | set(observed)):
+            stats = observed.get(key) or ApiStats()
+            name = api_name(key)
+            requests.add_metric([name], stats.requests)
+            latency.add_metric([name], _buckets(stats.latency.cumulative()), stats.latency.sum)
+        yield requests
+        yield latency
+
+    def _connections(self) -> Iterator[Metric]:
+        stats = self.broker.stats
+        yield GaugeMetricFamily(
+            f"{PREFIX}_connections_open", "Open Kafka connections.", value=stats.connections_open
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_connections_accepted",
+            "Kafka connections accepted.",
+            value=stats.connections_total,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_connections_closed_for_errors",
+            "Kafka connections closed because a request could not be answered (bad header, "
+            "body or version).",
+            value=stats.connections_closed_for_errors,
+        )
+
+    def _partitions(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily(
+            f"{PREFIX}_partition_size_bytes", "Bytes of the partition's log.", labels=labels
+        )
+        start = GaugeMetricFamily(
+            f"{PREFIX}_partition_log_start_offset",
+            "First offset still in the partition's log.",
+            labels=labels,
+        )
+        end = GaugeMetricFamily(
+            f"{PREFIX}_partition_log_end_offset",
+            "Offset the next record appended to the partition gets (the high watermark).",
+            labels=labels,
+        )
+        segments = GaugeMetricFamily(
+            f"{PREFIX}_partition_segments", "Segment files of the partition.", labels=labels
+        )
+        offline = GaugeMetricFamily(
+            f"{PREFIX}_partition_offline",
+            "1 when the partition's log is offline (an I/O error or a damaged file).",
+            labels=labels,
+        )
+        for (topic, partition), log in sorted(self.broker.logs.logs().items()):
+            values = [topic, str(partition)]
+            size.add_metric(values, log.size_bytes)
+            start.add_metric(values, log.log_start_offset)
+            end.add_metric(values, log.log_end_offset)
+            segments.add_metric(values, log.segment_count)
+            offline.add_metric(values, 0 if log.offline_reason is None else 1)
+        yield from (size, start, end, segments, offline)
+
+    def _flushes(self) -> Metric:
+        histogram = self.broker.logs.committer.flush_latency
+        family = HistogramMetricFamily(
+            f"{PREFIX}_log_flush_duration_seconds",
+            "Seconds per partition log flush (index entries and fsync).",
+        )
+        family.add_metric([], _buckets(histogram.cumulative()), histogram.sum)
+        return family
+
+
+def _buckets(cumulative: list[tuple[float, int]]) -> list[tuple[str, float]]:
+    """prometheus_client's bucket list: ``le`` as text, cumulative counts, ending with +Inf,
+    from which it takes ``_count``, so bucket and count always agree."""
+    return [(_le(bound), float(count)) for bound, count in cumulative]
+
+
+def _le(bound: float) -> str:
+    # prometheus_client's own formatter is untyped; these bounds need only repr and +Inf.
+    return "+Inf" if math.isinf(bound) else repr(float(bound))

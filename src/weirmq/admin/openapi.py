@@ -1,0 +1,463 @@
+"""The OpenAPI 3.0 document of the admin API, served at ``/openapi.json``.
+
+It is written by hand, as Python data, next to the code it describes (`weirmq.admin.http`
+and `weirmq.admin.views`) rather than generated from it: the document is the contract that
+clients and the fuzz test (schemathesis) hold the server to, so it must be able to say
+"this is wrong", which a description derived from the code never would.
+
+Schemas are strict on purpose: every object lists all of its properties, marks them
+required and forbids others (``additionalProperties: false``), and every status an
+operation can answer is listed. The fuzz test validates each response against this, so a
+field added to a view without being added here fails a test. The settings schema is the
+one exception to writing by hand: it is derived from the settings table
+(`weirmq.broker.settings.SETTING_SPECS`), which already states each setting's type and
+bounds, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from weirmq import __version__
+from weirmq.broker.core import PARTITIONS_MAX
+from weirmq.broker.settings import (
+    ADVERTISED_ADDRESS,
+    BOOLEAN,
+    DIRECTORY,
+    INTEGER,
+    LISTEN_ADDRESS,
+    OPTIONAL_LISTEN_ADDRESS,
+    SETTING_SPECS,
+    SettingSpec,
+)
+
+from .views import CONFIG_SOURCES
+
+Schema = dict[str, Any]
+
+OPENAPI_VERSION = "3.0.3"
+TOPIC_NAME_PATTERN = "^[a-zA-Z0-9._-]+$"
+TOPIC_NAME_CHARS_MAX = 249
+INT32_MAX = 2**31 - 1
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(properties: dict[str, Schema], description: str = "") -> Schema:
+    """A closed object: every property required, no others allowed."""
+    schema: Schema = {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _integer(minimum: int = 0, maximum: int | None = None, fmt: str = "int64") -> Schema:
+    schema: Schema = {"type": "integer", "format": fmt, "minimum": minimum}
+    if maximum is not None:
+        schema["maximum"] = maximum
+    return schema
+
+
+_STRING: Schema = {"type": "string"}
+_NULLABLE_STRING: Schema = {"type": "string", "nullable": True}
+_STRING_MAP: Schema = {"type": "object", "additionalProperties": {"type": "string"}}
+_TOPIC_NAME: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": TOPIC_NAME_CHARS_MAX,
+    "pattern": TOPIC_NAME_PATTERN,
+    "description": "Kafka's rules: 1 to 249 of [a-zA-Z0-9._-], not '.' or '..'.",
+}
+
+# --- schemas --------------------------------------------------------------------------------
+
+_ERROR = _object(
+    {
+        "error": _object(
+            {
+                "code": {
+                    "type": "string",
+                    "description": "Upper-case name: a Kafka error code's name (such as "
+                    "TOPIC_ALREADY_EXISTS) or one of the API's own (MALFORMED_JSON, "
+                    "INVALID_REQUEST, NOT_FOUND, METHOD_NOT_ALLOWED, PAYLOAD_TOO_LARGE).",
+                },
+                "message": {"type": "string", "description": "What was wrong, for people."},
+            }
+        )
+    },
+    "Every error answer has this shape.",
+)
+
+_HEALTH = _object(
+    {
+        "status": {
+            "type": "string",
+            "enum": ["ok", "degraded", "stopping"],
+            "description": "degraded: some partition is offline; stopping: shutting down.",
+        },
+        "node_id": _integer(0, INT32_MAX, "int32"),
+        "cluster_id": _STRING,
+        "version": _STRING,
+        "uptime_ms": _integer(),
+        "offline_partitions": _integer(),
+    }
+)
+
+
+def _setting_schema(spec: SettingSpec) -> Schema:
+    if spec.kind is INTEGER:
+        schema: Schema = {"type": "integer", "format": "int64"}
+        if spec.minimum is not None:
+            schema["minimum"] = spec.minimum
+        if spec.maximum is not None:
+            schema["maximum"] = spec.maximum
+    elif spec.kind is BOOLEAN:
+        schema = {"type": "boolean"}
+    elif spec.kind in (DIRECTORY, LISTEN_ADDRESS):
+        schema = {"type": "string"}
+    elif spec.kind in (ADVERTISED_ADDRESS, OPTIONAL_LISTEN_ADDRESS):
+        schema = {"type": "string", "nullable": True}
+    else:  # a new kind of setting: describe it here (a test fetches this document)
+        raise AssertionError(f"setting {spec.name!r} has a kind the OpenAPI schema lacks")
+    return {**schema, "description": spec.meaning}
+
+
+def _settings() -> Schema:
+    return _object(
+        {spec.name: _setting_schema(spec) for spec in SETTING_SPECS},
+        "Every setting the broker runs with (see docs/configuration.md).",
+    )
+
+
+def _broker() -> Schema:
+    return _object(
+        {
+            "node_id": _integer(0, INT32_MAX, "int32"),
+            "cluster_id": _STRING,
+            "version": _STRING,
+            "advertised_address": {
+                "type": "string",
+                "description": "HOST:PORT Kafka clients are told to connect to.",
+            },
+            "data_dir": _STRING,
+            "uptime_ms": _integer(),
+            "connections": _object(
+                {
+                    "open": _integer(),
+                    "accepted_total": _integer(),
+                    "closed_for_errors_total": _integer(),
+                },
+                "Kafka connections.",
+            ),
+            "topics": _integer(),
+            "partitions": _integer(),
+            "settings": _ref("Settings"),
+        }
+    )
+
+
+_TOPIC_SUMMARY_PROPERTIES: dict[str, Schema] = {
+    "name": _STRING,
+    "topic_id": {"type": "string", "format": "uuid"},
+    "partition_count": _integer(1, INT32_MAX, "int32"),
+    "size_bytes": _integer(),
+    "records": {
+        **_integer(),
+        "description": "Log end minus log start offset, summed over the partitions.",
+    },
+    "configs": {**_STRING_MAP, "description": "The topic's config overrides."},
+}
+
+_PARTITION = _object(
+    {
+        "topic": _STRING,
+        "partition": _integer(0, INT32_MAX, "int32"),
+        "log_start_offset": _integer(),
+        "log_end_offset": {
+            **_integer(),
+            "description": "The next offset to be written; also the high watermark.",
+        },
+        "size_bytes": _integer(),
+        "segments": _integer(),
+        "offline_reason": {
+            **_NULLABLE_STRING,
+            "description": "Why the partition is offline, or null while it is served.",
+        },
+    }
+)
+
+_CONFIG_ENTRY = _object(
+    {
+        "name": _STRING,
+        "value": {**_NULLABLE_STRING, "description": "null when unset or sensitive."},
+        "source": {"type": "string", "enum": sorted(set(CONFIG_SOURCES.values()))},
+        "read_only": {"type": "boolean"},
+        "sensitive": {"type": "boolean"},
+        "type": {"type": "string", "description": "Kafka's config type: LONG, STRING, ..."},
+        "documentation": _STRING,
+    }
+)
+
+_CREATE_TOPIC: Schema = {
+    "type": "object",
+    "properties": {
+        "name": _TOPIC_NAME,
+        "partitions": {
+            **_integer(1, PARTITIONS_MAX, "int32"),
+            "description": "Default: the broker's default_partitions setting.",
+        },
+        "configs": {**_STRING_MAP, "description": "Config overrides, such as retention.ms."},
+    },
+    "required": ["name"],
+    "additionalProperties": False,
+    "example": {"name": "orders", "partitions": 3, "configs": {"retention.ms": "86400000"}},
+}
+
+_ALTER_CONFIGS: Schema = {
+    "type": "object",
+    "properties": {
+        "set": {**_STRING_MAP, "description": "Overrides to set (name to value)."},
+        "delete": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Overrides to remove: the config goes back to its default.",
+        },
+    },
+    "additionalProperties": False,
+    "example": {"set": {"retention.ms": "3600000"}, "delete": ["segment.bytes"]},
+}
+
+# --- operations -----------------------------------------------------------------------------
+
+
+def _json(schema: Schema, description: str) -> Schema:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> Schema:
+    return _json(_ref("Error"), description)
+
+
+_NAME_PARAMETER: Schema = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": _TOPIC_NAME,
+    "description": "Topic name.",
+    "example": "orders",
+}
+_PARTITION_PARAMETER: Schema = {
+    "name": "partition",
+    "in": "path",
+    "required": True,
+    "schema": _integer(0, INT32_MAX, "int32"),
+    "description": "Partition index, from 0.",
+    "example": 0,
+}
+_UNKNOWN_TOPIC = _error("No such topic (UNKNOWN_TOPIC_OR_PARTITION).")
+_BAD_BODY = _error(
+    "The body is not JSON (MALFORMED_JSON), has the wrong shape (INVALID_REQUEST), or the "
+    "broker refuses a value (a Kafka error code such as INVALID_CONFIG)."
+)
+_TOO_LARGE = _error("The body is larger than 1 MiB (PAYLOAD_TOO_LARGE).")
+
+
+def _paths() -> dict[str, Schema]:
+    return {
+        "/api/v1/health": {
+            "get": {
+                "operationId": "getHealth",
+                "tags": ["broker"],
+                "summary": "Whether the broker serves every partition.",
+                "responses": {
+                    "200": _json(_ref("Health"), "Healthy."),
+                    "503": _json(_ref("Health"), "Some partition is offline, or stopping."),
+                },
+            }
+        },
+        "/api/v1/broker": {
+            "get": {
+                "operationId": "getBroker",
+                "tags": ["broker"],
+                "summary": "The broker: identity, address, connections, settings.",
+                "responses": {"200": _json(_ref("Broker"), "The broker.")},
+            }
+        },
+        "/api/v1/topics": {
+            "get": {
+                "operationId": "listTopics",
+                "tags": ["topics"],
+                "summary": "Every topic, with its size.",
+                "responses": {"200": _json(_ref("TopicList"), "The topics, by name.")},
+            },
+            "post": {
+                "operationId": "createTopic",
+                "tags": ["topics"],
+                "summary": "Create a topic.",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("CreateTopic")}},
+                },
+                "responses": {
+                    "201": {
+                        **_json(_ref("Topic"), "Created."),
+                        "headers": {
+                            "Location": {
+                                "description": "The new topic's URL.",
+                                "schema": {"type": "string"},
+                            }
+                        },
+                    },
+                    "400": _BAD_BODY,
+                    "409": _error("The topic exists (TOPIC_ALREADY_EXISTS)."),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/api/v1/topics/{name}": {
+            "parameters": [_NAME_PARAMETER],
+            "get": {
+                "operationId": "getTopic",
+                "tags": ["topics"],
+                "summary": "A topic and the state of each of its partitions.",
+                "responses": {"200": _json(_ref("Topic"), "The topic."), "404": _UNKNOWN_TOPIC},
+            },
+            "delete": {
+                "operationId": "deleteTopic",
+                "tags": ["topics"],
+                "summary": "Delete a topic and its data.",
+                "responses": {"204": {"description": "Deleted."}, "404": _UNKNOWN_TOPIC},
+            },
+        },
+        "/api/v1/topics/{name}/partitions": {
+            "parameters": [_NAME_PARAMETER],
+            "get": {
+                "operationId": "listPartitions",
+                "tags": ["topics"],
+                "summary": "The state of each partition of a topic.",
+                "responses": {
+                    "200": _json(_ref("PartitionList"), "The partitions, by index."),
+                    "404": _UNKNOWN_TOPIC,
+                },
+            },
+        },
+        "/api/v1/topics/{name}/partitions/{partition}": {
+            "parameters": [_NAME_PARAMETER, _PARTITION_PARAMETER],
+            "get": {
+                "operationId": "getPartition",
+                "tags": ["topics"],
+                "summary": "The state of one partition.",
+                "responses": {
+                    "200": _json(_ref("Partition"), "The partition."),
+                    "400": _error("The partition is not a number (INVALID_REQUEST)."),
+                    "404": _error("No such topic or partition (UNKNOWN_TOPIC_OR_PARTITION)."),
+                },
+            },
+        },
+        "/api/v1/topics/{name}/configs": {
+            "parameters": [_NAME_PARAMETER],
+            "get": {
+                "operationId": "describeTopicConfigs",
+                "tags": ["topics"],
+                "summary": "Every config of a topic, with its value and where it comes from.",
+                "responses": {
+                    "200": _json(_ref("TopicConfigs"), "The configs, by name."),
+                    "404": _UNKNOWN_TOPIC,
+                },
+            },
+            "patch": {
+                "operationId": "alterTopicConfigs",
+                "tags": ["topics"],
+                "summary": "Set and remove config overrides of a topic, all or nothing.",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("AlterConfigs")}},
+                },
+                "responses": {
+                    "200": _json(_ref("TopicConfigs"), "The configs after the change."),
+                    "400": _BAD_BODY,
+                    "404": _UNKNOWN_TOPIC,
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "getOpenApi",
+                "tags": ["meta"],
+                "summary": "This document.",
+                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.0 document.")},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "getMetrics",
+                "tags": ["meta"],
+                "summary": "Prometheus metrics (docs/admin-api.md lists them).",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format, or OpenMetrics when the "
+                        "Accept header asks for application/openmetrics-text.",
+                        "content": {
+                            "text/plain": {"schema": {"type": "string"}},
+                            "application/openmetrics-text": {"schema": {"type": "string"}},
+                        },
+                    }
+                },
+            }
+        },
+    }
+
+
+def _schemas() -> dict[str, Schema]:
+    return {
+        "Error": _ERROR,
+        "Health": _HEALTH,
+        "Broker": _broker(),
+        "Settings": _settings(),
+        "TopicSummary": _object(_TOPIC_SUMMARY_PROPERTIES),
+        "TopicList": _object({"topics": {"type": "array", "items": _ref("TopicSummary")}}),
+        "Topic": _object(
+            {
+                **_TOPIC_SUMMARY_PROPERTIES,
+                "partitions": {"type": "array", "items": _ref("Partition")},
+            }
+        ),
+        "Partition": _PARTITION,
+        "PartitionList": _object(
+            {"topic": _STRING, "partitions": {"type": "array", "items": _ref("Partition")}}
+        ),
+        "ConfigEntry": _CONFIG_ENTRY,
+        "TopicConfigs": _object(
+            {"topic": _STRING, "configs": {"type": "array", "items": _ref("ConfigEntry")}}
+        ),
+        "CreateTopic": _CREATE_TOPIC,
+        "AlterConfigs": _ALTER_CONFIGS,
+    }
+
+
+def document() -> Schema:
+    """The whole OpenAPI document, a fresh copy each time (tools such as schemathesis write
+    into the document they are given; the module's constants must not change)."""
+    return copy.deepcopy(
+        {
+            "openapi": OPENAPI_VERSION,
+            "info": {
+                "title": "WeirMQ admin API",
+                "version": __version__,
+                "description": "Topics, partitions and health of one WeirMQ broker. Errors are "
+                '{"error": {"code": ..., "message": ...}} with a 4xx status. Consumer groups '
+                "(and their lag) join when groups exist.",
+            },
+            "paths": _paths(),
+            "components": {"schemas": _schemas()},
+        }
+    )

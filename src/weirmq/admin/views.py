@@ -1,0 +1,201 @@
+"""Broker state as the JSON documents the admin API answers with.
+
+Every function here reads the broker directly and returns plain dicts and lists. They run
+on the broker's event loop thread, the thread that writes that state, so what they read is
+consistent without locks, and each costs time proportional to the number of partitions.
+The shapes are described, field by field, in `weirmq.admin.openapi`; a test validates
+every answer against that description, so the two cannot drift apart unnoticed.
+
+Names follow Kafka where Kafka has one (``log_start_offset``, ``log_end_offset``,
+``topic_id``); sizes are in bytes and durations in milliseconds, with the unit in the name.
+With one broker and no replication, a partition's high watermark is its log end offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import fields
+from pathlib import Path
+from typing import Protocol
+
+from weirmq import __version__
+from weirmq.broker.configs import ConfigSource
+from weirmq.broker.core import Broker
+from weirmq.broker.settings import Settings
+from weirmq.broker.topics import Topic
+
+JsonObject = dict[str, object]
+
+NO_LOG_REASON = "no log is open for this partition"
+"""The offline reason of a partition the registry knows but the storage layer does not."""
+
+CONFIG_SOURCES: dict[int, str] = {source.value: source.name.lower() for source in ConfigSource}
+"""Kafka's DescribeConfigs source numbers, named as Kafka's AdminClient names them."""
+
+
+class ConfigEntry(Protocol):
+    """What `Broker.describe_topic_configs` returns for one config."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> str | None: ...
+    @property
+    def source(self) -> int: ...
+    @property
+    def read_only(self) -> bool: ...
+    @property
+    def sensitive(self) -> bool: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def documentation(self) -> str: ...
+
+
+# --- the broker -----------------------------------------------------------------------------
+
+
+def uptime_ms(broker: Broker) -> int:
+    # The broker's clock may be a test's manual clock; never report a negative uptime.
+    return max(0, broker.clock() - broker.started_ms)
+
+
+def offline_partitions(broker: Broker) -> int:
+    return sum(
+        1
+        for topic in broker.topics
+        for partition in range(topic.partitions)
+        if _offline_reason(broker, topic.name, partition) is not None
+    )
+
+
+def health(broker: Broker) -> tuple[JsonObject, bool]:
+    """The health document and whether the broker is healthy (serving every partition)."""
+    offline = offline_partitions(broker)
+    if broker.closing:
+        status = "stopping"
+    elif offline:
+        status = "degraded"
+    else:
+        status = "ok"
+    document: JsonObject = {
+        "status": status,
+        "node_id": broker.node_id,
+        "cluster_id": broker.cluster_id,
+        "version": __version__,
+        "uptime_ms": uptime_ms(broker),
+        "offline_partitions": offline,
+    }
+    return document, status == "ok"
+
+
+def broker_document(broker: Broker) -> JsonObject:
+    stats = broker.stats
+    host, port = broker.advertised
+    return {
+        "node_id": broker.node_id,
+        "cluster_id": broker.cluster_id,
+        "version": __version__,
+        "advertised_address": format_address(host, port),
+        "data_dir": str(Path(broker.settings.data_dir).absolute()),
+        "uptime_ms": uptime_ms(broker),
+        "connections": {
+            "open": stats.connections_open,
+            "accepted_total": stats.connections_total,
+            "closed_for_errors_total": stats.connections_closed_for_errors,
+        },
+        "topics": len(broker.topics),
+        "partitions": sum(topic.partitions for topic in broker.topics),
+        "settings": settings_document(broker.settings),
+    }
+
+
+def settings_document(settings: Settings) -> JsonObject:
+    """Every setting by name. None of them is secret today; a secret one (a SASL password,
+    a TLS key) must be masked here before it is added to `Settings`."""
+    document: JsonObject = {}
+    for field in fields(settings):
+        value = getattr(settings, field.name)
+        document[field.name] = str(value) if isinstance(value, Path) else value
+    return document
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets so the port can be told apart."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# --- topics and partitions ------------------------------------------------------------------
+
+
+def partition_document(broker: Broker, topic: str, partition: int) -> JsonObject:
+    log = broker.partition_log(topic, partition)
+    if log is None:
+        return {
+            "topic": topic,
+            "partition": partition,
+            "log_start_offset": 0,
+            "log_end_offset": 0,
+            "size_bytes": 0,
+            "segments": 0,
+            "offline_reason": NO_LOG_REASON,
+        }
+    return {
+        "topic": topic,
+        "partition": partition,
+        "log_start_offset": log.log_start_offset,
+        "log_end_offset": log.log_end_offset,
+        "size_bytes": log.size_bytes,
+        "segments": log.segment_count,
+        "offline_reason": log.offline_reason,
+    }
+
+
+def partitions_of(broker: Broker, topic: Topic) -> list[JsonObject]:
+    return [partition_document(broker, topic.name, p) for p in range(topic.partitions)]
+
+
+def topic_summary(broker: Broker, topic: Topic) -> JsonObject:
+    size_bytes = records = 0
+    for partition in range(topic.partitions):
+        log = broker.partition_log(topic.name, partition)
+        if log is not None:
+            size_bytes += log.size_bytes
+            # Offsets, not a count of records: control records (and, later, compaction)
+            # make it an upper bound. Kafka tools show the same as a topic's message count.
+            records += log.log_end_offset - log.log_start_offset
+    return {
+        "name": topic.name,
+        "topic_id": str(topic.topic_id),
+        "partition_count": topic.partitions,
+        "size_bytes": size_bytes,
+        "records": records,
+        "configs": dict(sorted(topic.configs.items())),
+    }
+
+
+def topic_detail(broker: Broker, topic: Topic) -> JsonObject:
+    """The summary and every partition's state."""
+    return {**topic_summary(broker, topic), "partitions": partitions_of(broker, topic)}
+
+
+def configs_document(topic: str, entries: Iterable[ConfigEntry]) -> JsonObject:
+    return {"topic": topic, "configs": [config_entry(entry) for entry in entries]}
+
+
+def config_entry(entry: ConfigEntry) -> JsonObject:
+    return {
+        "name": entry.name,
+        # As Kafka does: a sensitive value is never sent, whoever asks.
+        "value": None if entry.sensitive else entry.value,
+        "source": CONFIG_SOURCES.get(entry.source, CONFIG_SOURCES[ConfigSource.UNKNOWN]),
+        "read_only": entry.read_only,
+        "sensitive": entry.sensitive,
+        "type": entry.type,
+        "documentation": entry.documentation,
+    }
+
+
+def _offline_reason(broker: Broker, topic: str, partition: int) -> str | None:
+    log = broker.partition_log(topic, partition)
+    return NO_LOG_REASON if log is None else log.offline_reason
