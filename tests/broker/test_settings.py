@@ -224,6 +224,11 @@ def test_an_empty_weirmq_config_means_no_file() -> None:
     assert load_settings(environ={"WEIRMQ_CONFIG": ""}) == Settings()
 
 
+def test_the_client_commands_bootstrap_variable_is_not_a_broker_setting() -> None:
+    # `export WEIRMQ_BOOTSTRAP=...` for `weirmq topics ...` must not stop `weirmq serve`.
+    assert load_settings(environ={"WEIRMQ_BOOTSTRAP": "127.0.0.1:9999"}) == Settings()
+
+
 def test_a_missing_file_named_by_weirmq_config_says_who_named_it(tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
     message = error_of(environ={"WEIRMQ_CONFIG": str(missing)})

@@ -38,6 +38,7 @@ ENV_PREFIX = "WEIRMQ_"
 STARTUP_LINE = re.compile(
     rb"^weirmq: accepting Kafka connections on (?P<host>[^\s]+):(?P<port>\d+)$", re.M
 )
+ADMIN_LINE = re.compile(rb"^weirmq: admin API and metrics on (?P<url>http://[^\s]+)$", re.M)
 HERE = Path(__file__).resolve().parent
 
 
@@ -60,6 +61,7 @@ class BrokerProcess:
         admin_listen: str = "off",
     ) -> None:
         self.admin_listen = admin_listen
+        self.admin_url: str | None = None
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.port = port
@@ -206,12 +208,16 @@ class BrokerProcess:
         return env
 
     def _wait_for_startup_line(self) -> int:
+        """The Kafka port, once announced (and the admin API's, when it is on)."""
         proc = self._proc
         assert proc is not None and self.stdout_path is not None
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
-            match = STARTUP_LINE.search(self.stdout_path.read_bytes())
-            if match is not None:
+            stdout = self.stdout_path.read_bytes()
+            match = STARTUP_LINE.search(stdout)
+            admin = ADMIN_LINE.search(stdout)
+            if match is not None and (self.admin_listen == "off" or admin is not None):
+                self.admin_url = admin.group("url").decode() if admin else None
                 return int(match.group("port"))
             code = proc.poll()
             if code is not None:
@@ -277,18 +283,20 @@ def _test_failed(item: pytest.Item) -> bool:
 
 @pytest.fixture
 def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerFactory]:
-    """``broker_factory(default_partitions=4)``: start a broker with those WEIRMQ_* settings.
+    """``broker_factory(default_partitions=4)``: start a broker with those WEIRMQ_* settings
+    (``admin_listen="127.0.0.1:0"`` turns the HTTP admin API on; it is off by default).
 
     Each broker gets a fresh data dir in the test's tmp dir and is killed at teardown.
     """
     brokers = request.node.stash.setdefault(BROKERS_KEY, [])
 
-    def make(**settings: object) -> BrokerProcess:
+    def make(admin_listen: str = "off", **settings: object) -> BrokerProcess:
         number = len(brokers) + 1
         broker = BrokerProcess(
             tmp_path / f"broker{number}" / "data",
             tmp_path / f"broker{number}" / "logs",
             env=broker_env(**settings),
+            admin_listen=admin_listen,
         )
         brokers.append(broker)
         return broker.start()

@@ -15,6 +15,7 @@ KCAT = shutil.which("kcat") or "kcat"
 KCAT_TIMEOUT_S = 60
 LINE_COUNT = 1_000
 
+
 def run_kcat(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     result = subprocess.run(
         [KCAT, *args], input=stdin, capture_output=True, timeout=KCAT_TIMEOUT_S, check=False

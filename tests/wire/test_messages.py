@@ -514,6 +514,177 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
             }
         ],
     },
+    # The admin APIs (weirmq.broker.admin), one success and one refusal each.
+    19: {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": "orders",
+                "topic_id": TOPIC_ID,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "topic_config_error_code": ErrorCode.none,
+                "num_partitions": 3,
+                "replication_factor": 1,
+                "configs": [
+                    {
+                        "name": "retention.ms",
+                        "value": "1000",
+                        "read_only": False,
+                        "config_source": 1,
+                        "is_sensitive": False,
+                    }
+                ],
+            },
+            {
+                "name": "orders",
+                "topic_id": None,
+                "error_code": ErrorCode.topic_already_exists,
+                "error_message": "topic 'orders' already exists",
+                "topic_config_error_code": ErrorCode.none,
+                "num_partitions": -1,
+                "replication_factor": -1,
+                "configs": [],
+            },
+        ],
+    },
+    20: {
+        "throttle_time": 0,
+        "responses": [
+            {
+                "name": "orders",
+                "topic_id": TOPIC_ID,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+            },
+            {
+                "name": "missing",
+                "topic_id": None,
+                "error_code": ErrorCode.unknown_topic_or_partition,
+                "error_message": "unknown topic 'missing'",
+            },
+        ],
+    },
+    21: {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": "orders",
+                "partitions": [
+                    {"partition_index": 0, "low_watermark": 12, "error_code": ErrorCode.none},
+                    {
+                        "partition_index": 1,
+                        "low_watermark": -1,
+                        "error_code": ErrorCode.offset_out_of_range,
+                    },
+                ],
+            }
+        ],
+    },
+    32: {
+        "throttle_time": 0,
+        "results": [
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "resource_type": 2,
+                "resource_name": "orders",
+                "configs": [
+                    {
+                        "name": "retention.ms",
+                        "value": "1000",
+                        "read_only": False,
+                        "is_default": False,
+                        "config_source": 1,
+                        "is_sensitive": False,
+                        "synonyms": [
+                            {"name": "retention.ms", "value": "1000", "source": 1},
+                            {"name": "log.retention.ms", "value": "604800000", "source": 5},
+                        ],
+                        "config_type": 5,
+                        "documentation": "segments older than this are deleted",
+                    }
+                ],
+            },
+            {
+                "error_code": ErrorCode.unknown_topic_or_partition,
+                "error_message": "unknown topic 'missing'",
+                "resource_type": 2,
+                "resource_name": "missing",
+                "configs": [],
+            },
+        ],
+    },
+    33: {
+        "throttle_time": 0,
+        "responses": [
+            {
+                "error_code": ErrorCode.invalid_config,
+                "error_message": "unknown topic config 'x'",
+                "resource_type": 2,
+                "resource_name": "orders",
+            }
+        ],
+    },
+    35: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "results": [
+            {
+                "error_code": ErrorCode.none,
+                "log_dir": "/var/lib/weirmq",
+                "topics": [
+                    {
+                        "name": "orders",
+                        "partitions": [
+                            {
+                                "partition_index": 0,
+                                "partition_size": 4096,
+                                "offset_lag": 0,
+                                "is_future_key": False,
+                            }
+                        ],
+                    }
+                ],
+                "total_bytes": 1 << 40,
+                "usable_bytes": 1 << 39,
+            }
+        ],
+    },
+    37: {
+        "throttle_time": 0,
+        "results": [
+            {"name": "orders", "error_code": ErrorCode.none, "error_message": None},
+            {
+                "name": "missing",
+                "error_code": ErrorCode.unknown_topic_or_partition,
+                "error_message": "unknown topic 'missing'",
+            },
+        ],
+    },
+    44: {
+        "throttle_time": 0,
+        "responses": [
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "resource_type": 2,
+                "resource_name": "orders",
+            }
+        ],
+    },
+    60: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "endpoint_type": 1,
+        "cluster_id": "Zm9vYmFyYmF6cXV4cXV1eA",
+        "controller_id": 1,
+        "brokers": [
+            {"broker_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None, "is_fenced": False}
+        ],
+        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    },
 }
 
 

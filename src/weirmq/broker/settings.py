@@ -48,6 +48,10 @@ from typing import Any
 ENV_PREFIX = "WEIRMQ_"
 CONFIG_FILE_ENV_VAR = "WEIRMQ_CONFIG"
 """Names the TOML file when ``load_settings`` is given none; not a setting itself."""
+BOOTSTRAP_ENV_VAR = "WEIRMQ_BOOTSTRAP"
+"""The broker the client commands (``weirmq topics``, ``produce``, ...) talk to; a user
+exports it once for a shell that also starts brokers, so it is not a broker setting."""
+NOT_SETTINGS_ENV_VARS = frozenset({CONFIG_FILE_ENV_VAR, BOOTSTRAP_ENV_VAR})
 
 # Bounds. Sizes and ids that travel in Kafka's int32 fields, and counts, stop at INT32_MAX;
 # durations and retention are Kafka longs.
@@ -463,7 +467,7 @@ def _read_toml(path: Path, origin: str) -> dict[str, Any]:
 def _environment_layer(environ: Mapping[str, str]) -> dict[str, object]:
     values: dict[str, object] = {}
     for var in sorted(environ):  # sorted: the same environment always reports the same error
-        if not var.startswith(ENV_PREFIX) or var == CONFIG_FILE_ENV_VAR:
+        if not var.startswith(ENV_PREFIX) or var in NOT_SETTINGS_ENV_VARS:
             continue
         source = f"from environment variable {var}"
         spec = _SPECS_BY_ENV_VAR.get(var)  # exact: WEIRMQ_node_id is not WEIRMQ_NODE_ID

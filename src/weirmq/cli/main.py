@@ -9,14 +9,17 @@ with a message naming it and exit code 2, like any other usage error.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from weirmq import __version__
-from weirmq.broker.settings import SettingsError, load_settings
+from weirmq.broker.settings import Settings, SettingsError, load_settings
+from weirmq.cli.lazy import add_client_commands
 
 USAGE_EXIT_CODE = 2
 STARTUP_FAILED_EXIT_CODE = 1
@@ -48,6 +51,12 @@ def main() -> None:
     help="Address given to clients in Metadata [default: the listening address].",
 )
 @click.option(
+    "--admin-listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="Address of the HTTP admin API and /metrics; 'off' disables it [default: 127.0.0.1:9644].",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -65,15 +74,16 @@ def serve(
     data_dir: Path | None,
     listen: str | None,
     advertise: str | None,
+    admin_listen: str | None,
     config_file: Path | None,
     log_level: str,
 ) -> None:
     """Run a single broker until SIGTERM or SIGINT."""
+    overrides = {"data_dir": data_dir, "listen": listen, "advertise": advertise}
+    if admin_listen is not None:  # "off" or "" means off; None means "not given"
+        overrides["admin_listen"] = admin_listen
     try:
-        settings = load_settings(
-            config_file,
-            overrides={"data_dir": data_dir, "listen": listen, "advertise": advertise},
-        )
+        settings = load_settings(config_file, overrides=overrides)
     except SettingsError as exc:
         click.echo(f"weirmq serve: {exc}", err=True)
         sys.exit(USAGE_EXIT_CODE)
@@ -87,13 +97,36 @@ def serve(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     tune_malloc()
+    services = [] if settings.admin_listen is None else [_DeferredAdmin(settings)]
     try:
-        asyncio.run(run_broker(settings))
+        asyncio.run(run_broker(settings, services=services))
     except OSError as exc:  # the address is taken, the data directory is unwritable, ...
         click.echo(f"weirmq serve: cannot start: {exc}", err=True)
         sys.exit(STARTUP_FAILED_EXIT_CODE)
     except KeyboardInterrupt:  # a second Ctrl-C during the orderly stop
         sys.exit(130)
+
+
+class _DeferredAdmin:
+    """The HTTP admin service, imported only once the Kafka listener is up.
+
+    aiohttp and prometheus_client take ~300 ms to import here; importing them on a worker
+    thread after the Kafka port is announced keeps them out of the start-up time, and the
+    loop keeps serving Kafka clients meanwhile."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.service: Any = None
+
+    async def start(self, broker: Any) -> str | None:
+        module = await asyncio.to_thread(importlib.import_module, "weirmq.admin.http")
+        self.service = module.AdminService(self.settings)
+        line: str | None = await self.service.start(broker)
+        return line
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop()
 
 
 def _skip_test_only_imports() -> None:
@@ -103,3 +136,8 @@ def _skip_test_only_imports() -> None:
     hypothesis unimportable for this process only (kio then skips the registration)."""
     if "kio" not in sys.modules:
         sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+
+
+# topics, produce and consume: registered by name only, imported when one of them runs, so
+# `weirmq serve` does not pay for building them (see lazy.py).
+add_client_commands(main)
