@@ -54,7 +54,10 @@ class BrokerProcess:
         self.data_dir = Path(tempfile.mkdtemp(prefix="broker-", dir=work))
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
+            # The admin API runs as it does by default (it starts after the Kafka port is
+            # announced), on a free port so that two runs never collide.
             [sys.executable, "-m", "weirmq", "serve", "--listen", "127.0.0.1:0",
+             "--admin-listen", "127.0.0.1:0",
              "--data-dir", str(self.data_dir), "--log-level", "warning"],
             stdout=subprocess.PIPE,
             text=True,

@@ -6,12 +6,14 @@ Kafka client where it needs one.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,9 @@ class Served(subprocess.Popen[str]):
 
 def spawn(log_dir: Path, args: list[str], env: dict[str, str] | None = None) -> Served:
     clean_env = {k: v for k, v in os.environ.items() if not k.startswith("WEIRMQ_")}
+    # The admin API's default port is fixed (9644): off unless a test asks for it, so that
+    # a broker running elsewhere on this machine cannot make these tests fail.
+    clean_env["WEIRMQ_ADMIN_LISTEN"] = "off"
     stderr_path = log_dir / f"serve-{time.time_ns()}.log"
     with stderr_path.open("w") as stderr:
         process = Served(
@@ -173,3 +178,48 @@ def test_advertised_address_is_what_metadata_returns(tmp_path: Path) -> None:
         assert (broker.host, broker.port) == ("broker.example", 19092)
     finally:
         assert stop(process)[0] == 0
+
+
+ADMIN_ANNOUNCEMENT = "weirmq: admin API and metrics on "
+
+
+def test_the_admin_api_is_announced_after_the_kafka_listener(tmp_path: Path) -> None:
+    process = spawn(
+        tmp_path, ["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+                   "--data-dir", str(tmp_path)]
+    )  # fmt: skip
+    try:
+        announced(process)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith(ADMIN_ANNOUNCEMENT), (line, process.stderr_text())
+        url = line.removeprefix(ADMIN_ANNOUNCEMENT).strip()
+        with urllib.request.urlopen(url + "/api/v1/health", timeout=10) as response:
+            assert json.loads(response.read())["status"] == "ok"
+    finally:
+        code, took_s = stop(process)
+    assert code == 0 and took_s < 5
+
+
+def test_an_admin_address_in_use_is_a_clear_startup_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = spawn(
+            tmp_path, ["--listen", "127.0.0.1:0", "--admin-listen", f"127.0.0.1:{port}",
+                       "--data-dir", str(tmp_path)]
+        )  # fmt: skip
+        process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert "cannot start" in process.stderr_text()
+    assert (tmp_path / ".clean-shutdown").exists()  # the broker it had opened closed cleanly
+
+
+@pytest.mark.parametrize("value", ["nowhere", "127.0.0.1:99999"])
+def test_a_bad_admin_address_is_refused_by_name(tmp_path: Path, value: str) -> None:
+    process = spawn(tmp_path, ["--admin-listen", value, "--data-dir", str(tmp_path)])
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert "admin_listen" in process.stderr_text()
+    assert out == ""
