@@ -28,6 +28,7 @@ from ..wire.errors import ErrorCode, KafkaError
 from . import configs
 from .configs import ConfigSource, ConfigType
 from .core import Broker
+from .metadata import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 from .settings import SETTING_SPECS, Settings
 from .topics import (
     InvalidReplicaAssignmentError,
@@ -38,8 +39,6 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 DEFAULT_REPLICATION_FACTOR = -1
 DEFAULT_PARTITIONS = -1
-_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 class _InvalidRequest(KafkaError):
@@ -418,7 +417,7 @@ def handle_describe_cluster(broker: Broker, request: Any, version: int) -> dict[
             }
         ],
         "cluster_authorized_operations": (
-            _CLUSTER_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
+            CLUSTER_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
         ),
     }
 

@@ -31,7 +31,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 # Every topic operation (Kafka's AclOperation codes 3..11 without CLUSTER_ACTION 9 and
 # IDEMPOTENT_WRITE 12): there is no authorization yet, so everything is allowed.
 _TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 
 def handle_metadata(broker: Broker, request: Any, version: int) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def handle_metadata(broker: Broker, request: Any, version: int) -> dict[str, Any
         "controller_id": node,
         "topics": topics,
         "cluster_authorized_operations": (
-            _CLUSTER_OPERATIONS if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
+            CLUSTER_OPERATIONS if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
         ),
         "error_code": ErrorCode.none,
     }
