@@ -21,6 +21,7 @@ and flags) but not altered.
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -33,6 +34,7 @@ from .settings import SETTING_SPECS, Settings
 from .topics import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
+    UnknownTopicError,
 )
 
 RESOURCE_TOPIC = 2
@@ -43,6 +45,18 @@ DEFAULT_PARTITIONS = -1
 
 class _InvalidRequest(KafkaError):
     code = ErrorCode.invalid_request
+
+
+class _UnknownTopicId(KafkaError):
+    code = ErrorCode.unknown_topic_id
+
+
+def _named_once(entries: Any) -> dict[str, str | None]:
+    """{name: value} of a request's config entries; INVALID_CONFIG if a name repeats."""
+    values = {entry.name: entry.value for entry in entries}
+    if len(values) != len(entries):
+        raise configs.InvalidConfigError("a config is named twice")
+    return values
 
 
 def _error(exc: KafkaError) -> tuple[ErrorCode, str]:
@@ -71,9 +85,7 @@ def handle_create_topics(broker: Broker, request: Any, version: int) -> dict[str
 
 def _create_one(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
     partitions = _partition_count(broker, wanted)
-    overrides = {c.name: c.value for c in wanted.configs}
-    if len(overrides) != len(wanted.configs):
-        raise configs.InvalidConfigError("a config is named twice")
+    overrides = _named_once(wanted.configs)
     topic = broker.create_topic(wanted.name, partitions, overrides, validate_only=validate_only)
     return {
         "name": topic.name,
@@ -147,6 +159,7 @@ def _created_error(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
 
 
 def handle_delete_topics(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+    wanted: list[tuple[str | None, uuid.UUID | None]]
     if version < 6:
         wanted = [(name, None) for name in request.topic_names]
     else:
@@ -154,21 +167,21 @@ def handle_delete_topics(broker: Broker, request: Any, version: int) -> dict[str
     responses = []
     for name, topic_id in wanted:
         code, message = ErrorCode.none, None
-        if name is None and topic_id is not None:
-            found = broker.topics.by_id(topic_id)
-            if found is None:
-                code, message = ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}"
-            name = found.name if found else None
-        topic = broker.topics.get(name) if name is not None else None
-        if code is ErrorCode.none:
-            try:
-                topic = broker.known_topic(name or "")
-                broker.delete_topic(topic.name)
-            except KafkaError as exc:
-                code, message = _error(exc)
+        if name is not None:
+            topic = broker.topics.get(name)
+        else:
+            topic = broker.topics.by_id(topic_id) if topic_id is not None else None
+        try:
+            if topic is None:
+                if name is None:
+                    raise _UnknownTopicId(f"unknown topic id {topic_id}")
+                raise UnknownTopicError(f"unknown topic {name!r}")
+            broker.delete_topic(topic.name)
+        except KafkaError as exc:
+            code, message = _error(exc)
         responses.append(
             {
-                "name": name,
+                "name": topic.name if topic is not None else name,
                 "topic_id": topic.topic_id if topic is not None else topic_id,
                 "error_code": code,
                 "error_message": message,
@@ -319,11 +332,10 @@ def handle_alter_configs(broker: Broker, request: Any, version: int) -> dict[str
         code, message = ErrorCode.none, None
         try:
             _check_alterable(broker, resource)
-            new = {c.name: c.value for c in resource.configs}
-            if len(new) != len(resource.configs):
-                raise configs.InvalidConfigError("a config is named twice")
             broker.replace_topic_configs(
-                resource.resource_name, new, validate_only=bool(request.validate_only)
+                resource.resource_name,
+                _named_once(resource.configs),
+                validate_only=bool(request.validate_only),
             )
         except KafkaError as exc:
             code, message = _error(exc)

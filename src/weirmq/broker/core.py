@@ -84,6 +84,8 @@ class Broker:
             config_for=self.log_config,
         )
         self._adopt_orphans()
+        # Derived from the topics' configs, kept as a set because Produce asks per batch;
+        # `_apply_configs` and `delete_topic` keep it in step.
         self._no_fsync = {
             t.name for t in self.topics if not configs.acks_all_fsync(settings, t.configs)
         }
