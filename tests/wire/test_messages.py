@@ -339,6 +339,21 @@ def test_plain_data_with_nothing_left_out_means_the_original() -> None:
 # have. Each must build for every version advertised.
 TOPIC_ID = uuid.UUID("5f1c7a4e-2b9d-4c3a-8e6f-0a1b2c3d4e5f")
 NO_AUTHORIZED_OPERATIONS = -(2**31)
+_TOPIC_ID = uuid.UUID("3f9d4c1e-52b1-4a5e-9a47-1c0c8f0e2b6d")
+_OFFSET_FETCH_TOPIC = {
+    "name": "t",
+    "partitions": [
+        {
+            "partition_index": 0,
+            "committed_offset": 42,
+            "committed_leader_epoch": -1,
+            "metadata": "",
+            "error_code": ErrorCode.none,
+        }
+    ],
+}
+_DESCRIBED_PARTITIONS = {"topic_id": _TOPIC_ID, "topic_name": "t", "partitions": [0, 1]}
+
 HANDLER_DATA: dict[int, dict[str, Any]] = {
     0: {
         "responses": [
@@ -477,6 +492,100 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
         ],
         "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         "error_code": ErrorCode.none,
+    },
+    8: {
+        "throttle_time": 0,
+        "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "error_code": ErrorCode.none}]}
+        ],
+    },
+    9: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "topics": [_OFFSET_FETCH_TOPIC],
+        "groups": [
+            {"group_id": "g", "topics": [_OFFSET_FETCH_TOPIC], "error_code": ErrorCode.none}
+        ],
+    },
+    10: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "node_id": 0,
+        "host": "127.0.0.1",
+        "port": 9092,
+        "coordinators": [
+            {
+                "key": "g",
+                "node_id": 0,
+                "host": "127.0.0.1",
+                "port": 9092,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+            }
+        ],
+    },
+    11: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "generation_id": 1,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "leader": "m-1",
+        "skip_assignment": False,
+        "member_id": "m-1",
+        "members": [{"member_id": "m-1", "group_instance_id": None, "metadata": b"\x00\x01"}],
+    },
+    12: {"throttle_time": 0, "error_code": ErrorCode.none},
+    13: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "members": [
+            {"member_id": "m-1", "group_instance_id": None, "error_code": ErrorCode.none}
+        ],
+    },
+    14: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignment": b"\x00\x00",
+    },
+    15: {
+        "throttle_time": 0,
+        "groups": [
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "group_id": "g",
+                "group_state": "Stable",
+                "protocol_type": "consumer",
+                "protocol_data": "range",
+                "members": [
+                    {
+                        "member_id": "m-1",
+                        "group_instance_id": None,
+                        "client_id": "c",
+                        "client_host": "/127.0.0.1",
+                        "member_metadata": b"\x00",
+                        "member_assignment": b"\x00",
+                    }
+                ],
+                "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            }
+        ],
+    },
+    16: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "groups": [
+            {
+                "group_id": "g",
+                "protocol_type": "consumer",
+                "group_state": "Stable",
+                "group_type": "classic",
+            }
+        ],
     },
     18: {
         "error_code": ErrorCode.none,
@@ -662,6 +771,7 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
             },
         ],
     },
+    42: {"throttle_time": 0, "results": [{"group_id": "g", "error_code": ErrorCode.none}]},
     44: {
         "throttle_time": 0,
         "responses": [
@@ -671,6 +781,13 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
                 "resource_type": 2,
                 "resource_name": "orders",
             }
+        ],
+    },
+    47: {
+        "error_code": ErrorCode.none,
+        "throttle_time": 0,
+        "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "error_code": ErrorCode.none}]}
         ],
     },
     60: {
@@ -684,6 +801,47 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
             {"broker_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None, "is_fenced": False}
         ],
         "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    },
+    68: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "member_id": "m-1",
+        "member_epoch": 3,
+        "heartbeat_interval": 5000,
+        "assignment": {
+            "topic_partitions": [{"topic_id": _TOPIC_ID, "partitions": [0, 1]}]
+        },
+    },
+    69: {
+        "throttle_time": 0,
+        "groups": [
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "group_id": "g",
+                "group_state": "stable",
+                "group_epoch": 3,
+                "assignment_epoch": 3,
+                "assignor_name": "uniform",
+                "members": [
+                    {
+                        "member_id": "m-1",
+                        "instance_id": None,
+                        "rack_id": None,
+                        "member_epoch": 3,
+                        "client_id": "c",
+                        "client_host": "/127.0.0.1",
+                        "subscribed_topic_names": ["t"],
+                        "subscribed_topic_regex": None,
+                        "assignment": {"topic_partitions": [_DESCRIBED_PARTITIONS]},
+                        "target_assignment": {"topic_partitions": [_DESCRIBED_PARTITIONS]},
+                        "member_type": -1,
+                    }
+                ],
+                "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            }
+        ],
     },
 }
 

@@ -24,22 +24,28 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from ..groups import consumer as kip848
+from ..groups.classic import ClassicSettings
+from ..groups.coordinator import CoordinatorSettings, GroupCoordinator
+from ..groups.views import GroupView, PartitionLag
 from ..storage.checkpoint import write_atomically
 from ..storage.config import LogConfig
 from ..storage.errors import OffsetOutOfRangeError, StorageError
 from ..storage.log import FileLog
 from ..storage.manager import LogManager, StorageSettings
-from ..wire.records import HEADER_BYTES, BatchHeader, parse_header
 from . import configs
 from .configs import ConfigEntry
+from .groups import OFFSETS_TOPIC, GroupTimer, OffsetsLog, group_lag
 from .producers import PartitionProducers, SnapshotError
+from .scan import scan_batch_headers
 from .settings import Settings
 from .stats import BrokerStats
 from .topics import (
     InvalidPartitionsError,
+    InvalidTopicError,
     ProducerIdAllocator,
     Topic,
     TopicExistsError,
@@ -53,7 +59,8 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
-_SCAN_CHUNK_BYTES = 1 << 20
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+"""Written only by the broker itself; clients may read them, not produce or delete."""
 PARTITIONS_MAX = 100_000
 """Partitions of one topic at most: each is a directory and open files when used."""
 LEADER_EPOCH = 0
@@ -98,6 +105,17 @@ class Broker:
         self.closing = False
         self.stats = BrokerStats()
         self.started_ms = self.clock()
+        self.current_client: tuple[str, str] = ("", "")
+        """(client id, "/host") of the request being handled; set by the dispatcher."""
+        self.groups = GroupCoordinator(
+            coordinator_settings(settings),
+            self._write_group_records,
+            partitions_of=self._partition_count,
+            topics=self._topic_infos,
+        )
+        self.offsets_log = OffsetsLog(self)
+        self.offsets_log.load()
+        self.group_timer = GroupTimer(self)
 
     # --- topics -------------------------------------------------------------------------
 
@@ -171,6 +189,8 @@ class Broker:
         renamed directories, which the next start removes), then the registry entry: a
         crash in between brings the topic back empty, never with the deleted data."""
         topic = self.known_topic(name)
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"{name} is an internal topic and cannot be deleted")
         for partition in range(topic.partitions):
             tp = (name, partition)
             self.logs.delete(name, partition)
@@ -275,6 +295,36 @@ class Broker:
             state = self.producers[tp] = PartitionProducers()
         return state
 
+    # --- groups -------------------------------------------------------------------------
+
+    def _write_group_records(self, pairs: list[tuple[bytes, bytes | None]]) -> None:
+        self.offsets_log.write(pairs)
+
+    def _partition_count(self, topic: str) -> int | None:
+        found = self.topics.get(topic)
+        return None if found is None else found.partitions
+
+    def _topic_infos(self) -> dict[str, kip848.TopicInfo]:
+        return {
+            t.name: kip848.TopicInfo(t.topic_id, t.partitions)
+            for t in self.topics
+            if t.name not in INTERNAL_TOPICS
+        }
+
+    def group_views(self) -> list[GroupView]:
+        return self.groups.views()
+
+    def group_view(self, group_id: str) -> GroupView | None:
+        return self.groups.view(group_id)
+
+    def group_lag(self, group_id: str) -> list[PartitionLag]:
+        """Per partition the group committed or owns: committed offset, log end, lag."""
+        return group_lag(self, group_id)
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete an empty group and its offsets (GroupError when not possible)."""
+        self.groups.delete_group(group_id, self.clock())
+
     # --- fetch waiters ------------------------------------------------------------------
 
     def appended(self, tp: TopicPartition, size_bytes: int = 0, records: int = 0) -> None:
@@ -364,13 +414,35 @@ class Broker:
         now = self.clock()
         for state in self.producers.values():
             state.expire(now, self.settings.producer_id_expiration_ms)
+        try:
+            self.groups.expire_offsets(now)
+        except Exception:
+            log.exception("offsets retention failed")
 
     def close(self) -> None:
         """Flush everything, write checkpoints and producer snapshots, mark clean."""
         self.closing = True
+        self.group_timer.cancel()
         self.wake_all()
         self.logs.close()
         self._save_producer_snapshots()
+
+
+def coordinator_settings(settings: Settings) -> CoordinatorSettings:
+    return CoordinatorSettings(
+        classic=ClassicSettings(
+            min_session_timeout_ms=settings.group_min_session_timeout_ms,
+            max_session_timeout_ms=settings.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+            max_size=settings.group_max_size,
+        ),
+        consumer=kip848.ConsumerGroupSettings(
+            session_timeout_ms=settings.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
+            max_size=settings.group_max_size,
+        ),
+        offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
+    )
 
 
 def _check_partition_count(partitions: int) -> None:
@@ -378,18 +450,3 @@ def _check_partition_count(partitions: int) -> None:
         raise InvalidPartitionsError(
             f"the number of partitions must be between 1 and {PARTITIONS_MAX}, got {partitions}"
         )
-
-
-def scan_batch_headers(partition_log: FileLog, start: int) -> Iterator[BatchHeader]:
-    """Headers of every batch from the one holding `start` to the log end, in order."""
-    offset = max(start, partition_log.log_start_offset)
-    while offset < partition_log.log_end_offset:
-        chunk = partition_log.read(offset, _SCAN_CHUNK_BYTES).records
-        position = 0
-        while position + HEADER_BYTES <= len(chunk):
-            header = parse_header(chunk, position)
-            yield header
-            position += header.size
-            offset = header.base_offset + header.last_offset_delta + 1
-        if position == 0:
-            break

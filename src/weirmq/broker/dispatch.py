@@ -30,6 +30,7 @@ from ..wire import fast, messages
 from ..wire.errors import ErrorCode
 from ..wire.framing import HeaderError, parse_request_header, response_prefix
 from . import admin
+from . import groups as group_apis
 from .core import Broker
 from .fetch import handle_fetch
 from .metadata import handle_init_producer_id, handle_metadata
@@ -48,6 +49,8 @@ class Api(NamedTuple):
     handler: Handler | None  # None: answered by the dispatcher itself (ApiVersions)
 
 
+# OffsetCommit v10 and OffsetFetch v10 name topics by id only; the group APIs' lower
+# bounds are the oldest versions kio has classes for.
 # Upper bounds: Produce v13 and Fetch v13+ name topics by id only; ListOffsets v11 adds a
 # tiered-storage timestamp; InitProducerId v6 is two-phase commit. None of that exists yet.
 # Lower bounds of the admin APIs are the oldest versions kio has classes for; every client
@@ -57,6 +60,15 @@ API_VERSIONS: dict[int, Api] = {
     1: Api(4, 12, handle_fetch),
     2: Api(1, 10, handle_list_offsets),
     3: Api(0, 12, handle_metadata),
+    8: Api(2, 9, group_apis.handle_offset_commit),
+    9: Api(1, 9, group_apis.handle_offset_fetch),
+    10: Api(0, 6, group_apis.handle_find_coordinator),
+    11: Api(0, 9, group_apis.handle_join_group),
+    12: Api(0, 4, group_apis.handle_heartbeat),
+    13: Api(0, 5, group_apis.handle_leave_group),
+    14: Api(0, 5, group_apis.handle_sync_group),
+    15: Api(0, 6, group_apis.handle_describe_groups),
+    16: Api(0, 5, group_apis.handle_list_groups),
     18: Api(0, 4, None),
     19: Api(2, 7, admin.handle_create_topics),
     20: Api(1, 6, admin.handle_delete_topics),
@@ -67,8 +79,12 @@ API_VERSIONS: dict[int, Api] = {
     33: Api(0, 2, admin.handle_alter_configs),
     35: Api(1, 4, admin.handle_describe_log_dirs),
     37: Api(0, 3, admin.handle_create_partitions),
+    42: Api(0, 2, group_apis.handle_delete_groups),
     44: Api(0, 1, admin.handle_incremental_alter_configs),
+    47: Api(0, 0, group_apis.handle_offset_delete),
     60: Api(0, 2, admin.handle_describe_cluster),
+    68: Api(0, 1, group_apis.handle_consumer_group_heartbeat),
+    69: Api(0, 1, group_apis.handle_consumer_group_describe),
 }
 
 
@@ -102,7 +118,7 @@ class Dispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    def handle(self, frame: bytes | memoryview) -> Outcome:
+    def handle(self, frame: bytes | memoryview, peer_host: str = "") -> Outcome:
         try:
             header = parse_request_header(frame, _is_flexible)
         except HeaderError as exc:
@@ -124,6 +140,9 @@ class Dispatcher:
             request = messages.decode_request(key, version, frame, header.body_offset)
         except messages.DecodeError as exc:
             raise CloseConnection(str(exc)) from exc
+        # Group members are described by client id and host; handlers run synchronously
+        # here, so the broker holds who is asking for exactly the duration of the call.
+        self.broker.current_client = (header.client_id or "", peer_host)
         result = api.handler(self.broker, request, version)
         if result is None:
             self._observe(key, started)

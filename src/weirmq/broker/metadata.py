@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..wire.errors import ErrorCode, KafkaError
-from .core import LEADER_EPOCH, Broker
+from .core import INTERNAL_TOPICS, LEADER_EPOCH, Broker
 from .topics import Topic
 
 TOPIC_ID_LOOKUP_VERSION = 12
@@ -109,7 +109,7 @@ def _describe(broker: Broker, topic: Topic) -> dict[str, Any]:
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic.topic_id,
-        "is_internal": False,
+        "is_internal": topic.name in INTERNAL_TOPICS,
         "partitions": partitions,
     }
 

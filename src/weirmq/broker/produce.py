@@ -32,7 +32,7 @@ from ..storage.errors import StorageError
 from ..storage.log import FileLog
 from ..wire.errors import ErrorCode, KafkaError
 from ..wire.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, validate_batches
-from .core import Broker
+from .core import INTERNAL_TOPICS, Broker
 from .producers import last_sequence
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,9 @@ def handle_produce(
 
 def _append(broker: Broker, topic_name: str, data: Any, acks: int, outcome: _Outcome) -> None:
     try:
+        if topic_name in INTERNAL_TOPICS:  # the group coordinator's log is its own
+            outcome.error = ErrorCode.invalid_topic_exception
+            return
         broker.topic(topic_name, auto_create=True)
         partition = int(data.index)
         partition_log = broker.partition_log(topic_name, partition)

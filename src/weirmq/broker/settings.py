@@ -327,6 +327,41 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         minimum=0, maximum=INT64_MAX,
     ),
     SettingSpec(
+        "group_min_session_timeout_ms", INTEGER, "group.min.session.timeout.ms",
+        "shortest session timeout a classic group member may ask for",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_max_session_timeout_ms", INTEGER, "group.max.session.timeout.ms",
+        "longest session timeout a classic group member may ask for",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_initial_rebalance_delay_ms", INTEGER, "group.initial.rebalance.delay.ms",
+        "how long the first rebalance of an empty classic group waits for more members",
+        minimum=0, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_max_size", INTEGER, "group.max.size",
+        "members of one group at most",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_consumer_session_timeout_ms", INTEGER, "group.consumer.session.timeout.ms",
+        "a consumer-protocol (KIP-848) member silent this long is removed",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_consumer_heartbeat_interval_ms", INTEGER, "group.consumer.heartbeat.interval.ms",
+        "how often consumer-protocol (KIP-848) members are told to heartbeat",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "offsets_retention_minutes", INTEGER, "offsets.retention.minutes",
+        "committed offsets of an empty group are deleted after this long",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
         "admin_listen", OPTIONAL_LISTEN_ADDRESS, None,
         "HOST:PORT of the HTTP admin API and /metrics; 'off' (or empty) disables it",
     ),
@@ -383,6 +418,20 @@ class Settings:
     """producer.id.expiration.ms."""
     shutdown_timeout_ms: int = 4000
     """How long in-flight requests get to finish on a graceful stop."""
+    group_min_session_timeout_ms: int = 6000
+    """group.min.session.timeout.ms."""
+    group_max_session_timeout_ms: int = 1800000
+    """group.max.session.timeout.ms."""
+    group_initial_rebalance_delay_ms: int = 3000
+    """group.initial.rebalance.delay.ms."""
+    group_max_size: int = 2147483647
+    """group.max.size."""
+    group_consumer_session_timeout_ms: int = 45000
+    """group.consumer.session.timeout.ms."""
+    group_consumer_heartbeat_interval_ms: int = 5000
+    """group.consumer.heartbeat.interval.ms."""
+    offsets_retention_minutes: int = 10080
+    """offsets.retention.minutes (7 days)."""
     admin_listen: str | None = "127.0.0.1:9644"
     """HOST:PORT of the HTTP admin API; None turns it off."""
 

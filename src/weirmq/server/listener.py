@@ -49,6 +49,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.reader = FrameReader(server.settings.max_request_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.peer_host = ""
+        """As Kafka shows a client's host in group descriptions: "/127.0.0.1"."""
         self._queue: deque[Reply | asyncio.Task[Reply | None]] = deque()
         self._write_paused = False
         self._reading_paused = False
@@ -62,6 +64,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         self.last_activity = self.server.loop.time()
         self.server.connections.add(self)
         stats = self.server.dispatcher.broker.stats
@@ -116,7 +119,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _on_frame(self, frame: bytes | memoryview) -> None:
         try:
-            outcome = self.server.dispatcher.handle(frame)
+            outcome = self.server.dispatcher.handle(frame, self.peer_host)
         except CloseConnection as exc:
             self.server.dispatcher.broker.stats.connections_closed_for_errors += 1
             self.close(str(exc))

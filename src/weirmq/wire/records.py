@@ -364,3 +364,38 @@ def record_timestamps(batch: bytes | memoryview) -> Iterator[tuple[int, int]]:
             raise InvalidRecordError("record runs past the end of its batch")
         yield header.base_offset + offset_delta, header.base_timestamp + ts_delta
         position = record_end
+
+
+def decode_records(batch: bytes | memoryview) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record of one whole batch, decompressing if needed.
+
+    For the broker's own logs (the group coordinator replays its records); headers are
+    skipped."""
+    header = parse_header(batch)
+    payload = decompress(
+        header.codec,
+        memoryview(batch)[HEADER_BYTES : header.size],
+        max_bytes=DECOMPRESSED_BYTES_MAX,
+    )
+    position = 0
+    for _ in range(header.records_count):
+        length, position = _read_varint(payload, position)
+        record_end = position + length
+        if record_end > len(payload):
+            raise InvalidRecordError("record runs past the end of its batch")
+        position += 1  # record attributes
+        _ts_delta, position = _read_varint(payload, position)
+        offset_delta, position = _read_varint(payload, position)
+        key, position = _read_nullable(payload, position, record_end)
+        value, position = _read_nullable(payload, position, record_end)
+        yield header.base_offset + offset_delta, key, value
+        position = record_end
+
+
+def _read_nullable(payload: bytes, position: int, end: int) -> tuple[bytes | None, int]:
+    length, position = _read_varint(payload, position)
+    if length < 0:
+        return None, position
+    if position + length > end:
+        raise InvalidRecordError("record field runs past the end of its record")
+    return bytes(payload[position : position + length]), position + length

@@ -1,0 +1,263 @@
+"""The records of the group coordinator's log, in Kafka's own `__consumer_offsets` format.
+
+Every change the coordinator must remember is one record of the internal topic
+`__consumer_offsets`; replaying the topic from its start rebuilds the state. The key says
+what the record is about and the value its newest state; a null value (a tombstone) says
+it is gone. Keys and values open with an int16 version, as in Kafka, so a tool that
+decodes Kafka's topic decodes ours:
+
+    OffsetCommitKey   (key version 1)   group string, topic string, partition int32
+    OffsetCommitValue (value version 3) offset int64, leader_epoch int32, metadata string,
+                                        commit_timestamp int64
+    GroupMetadataKey  (key version 2)   group string
+    GroupMetadataValue(value version 3) protocol_type string, generation int32,
+                                        protocol nullable string, leader nullable string,
+                                        current_state_timestamp int64,
+                                        members [member_id, group_instance_id (nullable),
+                                        client_id, client_host, rebalance_timeout int32,
+                                        session_timeout int32, subscription bytes,
+                                        assignment bytes]
+
+Strings are int16-length-prefixed UTF-8 (-1 for null), bytes int32-length-prefixed.
+Reading also accepts the older versions Kafka wrote (offset key 0, offset values 1 and 2
+with an expire timestamp, group values 0-2), so that the format stays a superset of
+Kafka's. KIP-848 groups keep only their committed offsets here (see coordinator.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+
+class RecordFormatError(ValueError):
+    """A key or value that is not one of the formats above."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int = -1
+    """Only in version-1 values (a client-chosen retention, gone since Kafka 2.1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp_ms: int
+    members: tuple[MemberRecord, ...]
+
+
+Key = OffsetKey | GroupKey
+Value = OffsetValue | GroupValue
+
+
+# --- writing ---------------------------------------------------------------------------
+
+
+def _string(value: str | None, out: bytearray) -> None:
+    if value is None:
+        out += _I16.pack(-1)
+        return
+    encoded = value.encode()
+    out += _I16.pack(len(encoded))
+    out += encoded
+
+
+def _bytes(value: bytes, out: bytearray) -> None:
+    out += _I32.pack(len(value))
+    out += value
+
+
+def encode_key(key: Key) -> bytes:
+    out = bytearray()
+    if isinstance(key, OffsetKey):
+        out += _I16.pack(OFFSET_KEY_VERSION)
+        _string(key.group_id, out)
+        _string(key.topic, out)
+        out += _I32.pack(key.partition)
+    else:
+        out += _I16.pack(GROUP_KEY_VERSION)
+        _string(key.group_id, out)
+    return bytes(out)
+
+
+def encode_value(value: Value) -> bytes:
+    out = bytearray()
+    if isinstance(value, OffsetValue):
+        out += _I16.pack(OFFSET_VALUE_VERSION)
+        out += _I64.pack(value.offset)
+        out += _I32.pack(value.leader_epoch)
+        _string(value.metadata, out)
+        out += _I64.pack(value.commit_timestamp_ms)
+        return bytes(out)
+    out += _I16.pack(GROUP_VALUE_VERSION)
+    _string(value.protocol_type, out)
+    out += _I32.pack(value.generation)
+    _string(value.protocol, out)
+    _string(value.leader, out)
+    out += _I64.pack(value.current_state_timestamp_ms)
+    out += _I32.pack(len(value.members))
+    for member in value.members:
+        _string(member.member_id, out)
+        _string(member.group_instance_id, out)
+        _string(member.client_id, out)
+        _string(member.client_host, out)
+        out += _I32.pack(member.rebalance_timeout_ms)
+        out += _I32.pack(member.session_timeout_ms)
+        _bytes(member.subscription, out)
+        _bytes(member.assignment, out)
+    return bytes(out)
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def _take(self, size: int) -> bytes:
+        if size < 0 or self.pos + size > len(self.buf):
+            raise RecordFormatError("record shorter than its format")
+        part = self.buf[self.pos : self.pos + size]
+        self.pos += size
+        return part
+
+    def i16(self) -> int:
+        return int(_I16.unpack(self._take(2))[0])
+
+    def i32(self) -> int:
+        return int(_I32.unpack(self._take(4))[0])
+
+    def i64(self) -> int:
+        return int(_I64.unpack(self._take(8))[0])
+
+    def nullable_string(self) -> str | None:
+        size = self.i16()
+        if size == -1:
+            return None
+        try:
+            return self._take(size).decode()
+        except UnicodeDecodeError as exc:
+            raise RecordFormatError("string is not UTF-8") from exc
+
+    def string(self) -> str:
+        value = self.nullable_string()
+        if value is None:
+            raise RecordFormatError("null where a string is required")
+        return value
+
+    def bytes_(self) -> bytes:
+        size = self.i32()
+        return b"" if size == -1 else self._take(size)
+
+
+def decode_key(data: bytes) -> Key | None:
+    """The key, or None for key versions this coordinator does not keep (Kafka's KIP-848
+    and share-group records, versions 3 and up): replay skips those."""
+    reader = _Reader(data)
+    version = reader.i16()
+    if version in (0, 1):
+        return OffsetKey(reader.string(), reader.string(), reader.i32())
+    if version == GROUP_KEY_VERSION:
+        return GroupKey(reader.string())
+    if version < 0:
+        raise RecordFormatError(f"negative key version {version}")
+    return None
+
+
+def decode_offset_value(data: bytes) -> OffsetValue:
+    reader = _Reader(data)
+    version = reader.i16()
+    if version == 0:
+        return OffsetValue(reader.i64(), -1, reader.string(), reader.i64())
+    if version == 1:
+        offset, metadata, committed, expire = (
+            reader.i64(),
+            reader.string(),
+            reader.i64(),
+            reader.i64(),
+        )
+        return OffsetValue(offset, -1, metadata, committed, expire)
+    if version == 2:
+        return OffsetValue(reader.i64(), -1, reader.string(), reader.i64())
+    if version == 3:
+        return OffsetValue(reader.i64(), reader.i32(), reader.string(), reader.i64())
+    raise RecordFormatError(f"unknown offset value version {version}")
+
+
+def decode_group_value(data: bytes) -> GroupValue:
+    reader = _Reader(data)
+    version = reader.i16()
+    if not 0 <= version <= 3:
+        raise RecordFormatError(f"unknown group value version {version}")
+    protocol_type = reader.string()
+    generation = reader.i32()
+    protocol = reader.nullable_string()
+    leader = reader.nullable_string()
+    state_timestamp = reader.i64() if version >= 2 else -1
+    members = []
+    for _ in range(reader.i32()):
+        member_id = reader.string()
+        instance_id = reader.nullable_string() if version >= 3 else None
+        client_id, client_host = reader.string(), reader.string()
+        rebalance_timeout = reader.i32() if version >= 1 else -1
+        session_timeout = reader.i32()
+        if version == 0:
+            rebalance_timeout = session_timeout
+        members.append(
+            MemberRecord(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                reader.bytes_(),
+                reader.bytes_(),
+            )
+        )
+    return GroupValue(protocol_type, generation, protocol, leader, state_timestamp, tuple(members))
