@@ -1,0 +1,248 @@
+"""The group APIs through the dispatcher, and the coordinator's log on disk.
+
+Real clients drive groups in tests/integration/test_groups_*.py; here the broker is
+spoken to in request frames, so every version and the log's recovery and compaction can
+be checked exactly. Joins that wait are driven inside one event loop, as the server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+from test_handlers import (  # noqa: F401 (fixture)
+    Client,
+    OpenClient,
+    decode_reply,
+    open_client,
+    reopen,
+    request_frame,
+)
+
+from weirmq.broker import groups as group_apis
+from weirmq.broker.groups import OFFSETS_TOPIC
+from weirmq.testing.records import make_batch
+
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+PRODUCE, METADATA, DELETE_TOPICS = 0, 3, 20
+QUIET = {"flush_interval_ms": 3_600_000, "group_initial_rebalance_delay_ms": 0}
+
+
+@pytest.fixture
+def client(open_client: OpenClient) -> Client:  # noqa: F811
+    client = open_client(default_partitions=4, **QUIET)
+    client.call(METADATA, {"topics": [{"name": "t"}], "allow_auto_topic_creation": True})
+    return client
+
+
+async def call_async(client: Client, api_key: int, data: dict[str, Any], version: int) -> Any:
+    outcome = client.dispatcher.handle(request_frame(api_key, version, data))
+    if inspect.isawaitable(outcome):
+        outcome = await outcome
+    return decode_reply(api_key, version, outcome)
+
+
+def commit_request(group: str, offsets: dict[int, int], **member: Any) -> dict[str, Any]:
+    return {
+        "group_id": group,
+        "generation_id": member.get("generation", -1),
+        "generation_id_or_member_epoch": member.get("generation", -1),
+        "member_id": member.get("member_id", ""),
+        "group_instance_id": None,
+        "retention_time": -1,
+        "topics": [
+            {
+                "name": "t",
+                "partitions": [
+                    {
+                        "partition_index": p,
+                        "committed_offset": o,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": f"m{o}",
+                    }
+                    for p, o in offsets.items()
+                ],
+            }
+        ],
+    }
+
+
+def fetch_offsets(client: Client, group: str, version: int = 9) -> dict[int, int]:
+    if version >= 8:
+        data: dict[str, Any] = {
+            "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": None}],
+            "require_stable": False,
+        }
+        response = client.call(OFFSET_FETCH, data, version)
+        (entry,) = response.groups
+        assert entry.error_code is ErrorCode.none
+        topics = entry.topics
+    else:
+        data = {"group_id": group, "topics": [{"name": "t", "partition_indexes": [0, 1, 2, 3]}]}
+        response = client.call(OFFSET_FETCH, data, version)
+        assert getattr(response, "error_code", ErrorCode.none) is ErrorCode.none  # v2+
+        topics = response.topics
+    return {
+        int(p.partition_index): int(p.committed_offset)
+        for t in topics
+        for p in t.partitions
+        if p.committed_offset >= 0
+    }
+
+
+@pytest.mark.parametrize("version", range(0, 7))
+def test_find_coordinator_names_this_broker(client: Client, version: int) -> None:
+    client.broker.advertised = ("127.0.0.1", 19092)
+    data = {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]}
+    response = client.call(FIND_COORDINATOR, data, version)
+    if version < 4:
+        assert (response.error_code, response.node_id, response.port) == (ErrorCode.none, 0, 19092)
+    else:
+        assert [c.key for c in response.coordinators] == ["g", "h"]
+        assert {(c.node_id, c.host, c.port) for c in response.coordinators} == {
+            (0, "127.0.0.1", 19092)
+        }
+
+
+def test_find_coordinator_for_transactions_is_refused(client: Client) -> None:
+    response = client.call(FIND_COORDINATOR, {"key": "tx", "key_type": 1}, 3)
+    assert response.error_code is ErrorCode.invalid_request
+
+
+@pytest.mark.parametrize("commit_version", range(2, 10))
+def test_offsets_committed_in_every_version_are_fetched_in_every_version(
+    client: Client, commit_version: int
+) -> None:
+    response = client.call(OFFSET_COMMIT, commit_request("g", {0: 5, 3: 7}), commit_version)
+    codes = [p.error_code for t in response.topics for p in t.partitions]
+    assert codes == [ErrorCode.none, ErrorCode.none]
+    for fetch_version in range(1, 10):
+        assert fetch_offsets(client, "g", fetch_version) == {0: 5, 3: 7}
+
+
+@pytest.mark.parametrize("how", ["clean", "no-snapshot", "crash"])
+def test_offsets_and_groups_survive_restarts_and_crashes(
+    client: Client,
+    how: str,
+    open_client: OpenClient,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    client.call(OFFSET_COMMIT, commit_request("g", {0: 5, 1: 6}), 9)
+    client.call(OFFSET_COMMIT, commit_request("g", {0: 9}), 9)
+    client.call(OFFSET_COMMIT, commit_request("other", {2: 1}), 9)
+    again = reopen(client, how, open_client, tmp_path)
+    assert fetch_offsets(again, "g") == {0: 9, 1: 6}
+    assert fetch_offsets(again, "other") == {2: 1}
+    listed = again.call(LIST_GROUPS, {"states_filter": [], "types_filter": []}, 5)
+    assert sorted(g.group_id for g in listed.groups) == ["g", "other"]
+
+
+def test_the_offsets_topic_is_internal(client: Client) -> None:
+    client.call(OFFSET_COMMIT, commit_request("g", {0: 5}), 9)
+    response = client.call(METADATA, {"topics": None, "allow_auto_topic_creation": False})
+    internal = {t.name: t.is_internal for t in response.topics}
+    assert internal == {"t": False, OFFSETS_TOPIC: True}
+    produced = client.produce(OFFSETS_TOPIC, make_batch(1))
+    assert produced.error_code is ErrorCode.invalid_topic_exception
+    topics = [{"name": OFFSETS_TOPIC, "topic_id": None}]
+    deleted = client.call(DELETE_TOPICS, {"topics": topics, "timeout": 1000}, 6)
+    (result,) = deleted.responses
+    assert result.error_code is ErrorCode.invalid_topic_exception
+    assert fetch_offsets(client, "g") == {0: 5}
+
+
+def test_no_offsets_topic_until_a_group_writes(client: Client) -> None:
+    assert client.broker.topics.get(OFFSETS_TOPIC) is None
+    client.call(OFFSET_COMMIT, commit_request("g", {0: 1}), 9)
+    assert client.broker.topics.get(OFFSETS_TOPIC) is not None
+
+
+def test_the_log_is_compacted_and_the_state_kept(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(group_apis, "COMPACT_MIN_BYTES", 20_000)
+    monkeypatch.setitem(group_apis.OFFSETS_TOPIC_CONFIGS, "segment.bytes", "4096")
+
+    async def commit_many() -> None:
+        for round_ in range(300):
+            await call_async(client, OFFSET_COMMIT, commit_request("g", {0: round_, 1: 1}), 9)
+            await asyncio.sleep(0)  # compaction runs from the loop between requests
+
+    asyncio.run(commit_many())
+    log = client.log(OFFSETS_TOPIC)
+    assert log.log_start_offset > 0
+    assert log.size_bytes < 40_000
+    client.restart()
+    assert fetch_offsets(client, "g") == {0: 299, 1: 1}
+
+
+def join_request(member_id: str = "", instance: str | None = None) -> dict[str, Any]:
+    return {
+        "group_id": "g",
+        "session_timeout": 10_000,
+        "rebalance_timeout": 10_000,
+        "member_id": member_id,
+        "group_instance_id": instance,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"meta"}],
+        "reason": None,
+    }
+
+
+def test_join_sync_heartbeat_leave_in_one_loop(client: Client) -> None:
+    async def scenario() -> None:
+        first = await call_async(client, JOIN_GROUP, join_request(), 9)
+        assert first.error_code is ErrorCode.member_id_required
+        a = first.member_id
+        joined_a = await call_async(client, JOIN_GROUP, join_request(a), 9)
+        assert (joined_a.error_code, joined_a.leader, joined_a.generation_id) == (
+            ErrorCode.none,
+            a,
+            1,
+        )
+        sync = {
+            "group_id": "g",
+            "generation_id": 1,
+            "member_id": a,
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [{"member_id": a, "assignment": b"all"}],
+        }
+        synced = await call_async(client, SYNC_GROUP, sync, 5)
+        assert synced.assignment == b"all"
+        # a second member (v3: no MEMBER_ID_REQUIRED) waits until the first rejoins
+        second = asyncio.ensure_future(call_async(client, JOIN_GROUP, join_request(), 3))
+        await asyncio.sleep(0.01)
+        assert not second.done()
+        beat = {"group_id": "g", "generation_id": 1, "member_id": a, "group_instance_id": None}
+        answer = await call_async(client, HEARTBEAT, beat, 4)
+        assert answer.error_code is ErrorCode.rebalance_in_progress
+        rejoined = await call_async(client, JOIN_GROUP, join_request(a), 9)
+        joined_b = await second
+        assert rejoined.generation_id == joined_b.generation_id == 2
+        assert {m.member_id for m in rejoined.members} == {a, joined_b.member_id}
+        described = await call_async(client, DESCRIBE_GROUPS, {"groups": ["g", "x"]}, 5)
+        assert [g.group_state for g in described.groups] == ["CompletingRebalance", "Dead"]
+        left = await call_async(
+            client,
+            LEAVE_GROUP,
+            {
+                "group_id": "g",
+                "members": [
+                    {"member_id": joined_b.member_id, "group_instance_id": None, "reason": "bye"}
+                ],
+            },
+            5,
+        )
+        assert left.members[0].error_code is ErrorCode.none
+        gone = await call_async(client, DELETE_GROUPS, {"groups_names": ["g"]}, 2)
+        assert gone.results[0].error_code is ErrorCode.non_empty_group
+
+    asyncio.run(scenario())
