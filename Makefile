@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 # Directories ruff checks; bench/ may not exist in every checkout.
 LINT_DIRS := $(wildcard src tests bench)
 
-.PHONY: venv system-deps test check run bench-storage bench-broker clean
+.PHONY: venv system-deps test check run bench-storage bench-broker bench-rebalance clean
 
 venv: $(INSTALL_STAMP)
 
@@ -67,6 +67,9 @@ bench-storage: venv
 
 bench-broker: venv
 	$(VENV_PYTHON) -m bench.broker $(BENCH_ARGS)
+
+bench-rebalance: venv
+	$(VENV_PYTHON) -m bench.rebalance $(BENCH_ARGS)
 
 # Leaves weirmq-data/ and bench/results/ alone: those are data, not build output.
 clean:
