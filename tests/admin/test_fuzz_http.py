@@ -19,7 +19,9 @@ Every response must
 - be a 405 with ``Allow`` for a method the spec does not list.
 
 Examples are bounded so the file runs in well under a minute; the topics the fuzzer
-creates live in the broker's temporary data directory, which goes when it stops.
+creates live in the broker's temporary data directory, which goes when it stops. The
+spec's example group is made before each operation as applications make groups: a
+confluent-kafka consumer commits an offset in it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Iterator
 
 import pytest
 import schemathesis
+from admin_support import commit_outside_a_group
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -66,6 +69,8 @@ DOCUMENT = openapi.document()
 EXAMPLE_TOPIC = DOCUMENT["paths"]["/api/v1/topics/{name}"]["parameters"][0]["example"]
 """The spec's example topic name: schemathesis sends the examples first, so they must name
 a topic that exists for reads, config changes and deletes to go past the 404."""
+EXAMPLE_GROUP = DOCUMENT["paths"]["/api/v1/groups/{group}"]["parameters"][0]["example"]
+"""Likewise, a group that exists (and has no members, so that DELETE succeeds)."""
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +89,16 @@ def example_topic(running_broker: Broker) -> None:
             core.create_topic(EXAMPLE_TOPIC, 2)
 
     running_broker.call(ensure)
+
+
+@pytest.fixture(autouse=True)
+def example_group(running_broker: Broker, example_topic: None) -> None:
+    """(Re)create the example group, with an offset on the example topic, before each
+    operation: the DELETE run removes it."""
+    core = running_broker.broker
+    if running_broker.call(core.group_view, EXAMPLE_GROUP) is None:
+        bootstrap = running_broker.bootstrap_servers
+        commit_outside_a_group(bootstrap, EXAMPLE_GROUP, EXAMPLE_TOPIC, {0: 0})
 
 
 schema = schemathesis.openapi.from_dict(DOCUMENT)

@@ -446,12 +446,28 @@ def test_altering_configs_of_an_unknown_topic(broker: Broker) -> None:
     run(broker, scenario)
 
 
+# --- groups (test_groups_http.py makes real ones, with real consumers) ----------------------
+
+
+def test_a_broker_without_groups(broker: Broker) -> None:
+    async def scenario(client: Client) -> None:
+        assert await get_json(client, "/api/v1/groups") == {"groups": []}
+        message = await refused(await client.get("/api/v1/groups/nope"), 404, "GROUP_ID_NOT_FOUND")
+        assert "'nope'" in message
+        await refused(await client.delete("/api/v1/groups/nope"), 404, "GROUP_ID_NOT_FOUND")
+        response = await client.post("/api/v1/groups", json={})
+        await refused(response, 405, "METHOD_NOT_ALLOWED")
+        assert set(response.headers["Allow"].split(",")) == {"GET", "HEAD"}
+
+    run(broker, scenario)
+
+
 # --- routing, the document, metrics ---------------------------------------------------------
 
 
 def test_unknown_routes_and_wrong_methods(broker: Broker) -> None:
     async def scenario(client: Client) -> None:
-        for path in ("/", "/api", "/api/v2/health", "/api/v1/topics/", "/api/v1/groups"):
+        for path in ("/", "/api", "/api/v2/health", "/api/v1/topics/", "/api/v1/groups/"):
             await refused(await client.get(path), 404, "NOT_FOUND")
         response = await client.put("/api/v1/topics")
         await refused(response, 405, "METHOD_NOT_ALLOWED")

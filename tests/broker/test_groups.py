@@ -246,3 +246,14 @@ def test_join_sync_heartbeat_leave_in_one_loop(client: Client) -> None:
         assert gone.results[0].error_code is ErrorCode.non_empty_group
 
     asyncio.run(scenario())
+
+
+def test_deleting_a_topic_deletes_the_groups_offsets_of_it(client: Client) -> None:
+    client.call(OFFSET_COMMIT, commit_request("g", {0: 5}), 9)
+    topics = [{"name": "t", "topic_id": None}]
+    (result,) = client.call(DELETE_TOPICS, {"topics": topics, "timeout": 1000}, 6).responses
+    assert result.error_code is ErrorCode.none
+    client.call(METADATA, {"topics": [{"name": "t"}], "allow_auto_topic_creation": True})
+    assert fetch_offsets(client, "g") == {}  # the new "t" inherits nothing
+    client.restart()
+    assert fetch_offsets(client, "g") == {}

@@ -1,6 +1,7 @@
 """The client commands' pure parts, without a broker: option parsing, the --format and JSON
-forms of records, produce's line splitting, error -> exit code, usage errors, and the lazy
-registration that keeps `weirmq serve` free of confluent-kafka and rich."""
+forms of records, produce's line splitting, the groups table, error -> exit code, usage
+errors, and the lazy registration that keeps `weirmq serve` free of confluent-kafka and
+rich."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from weirmq.cli.formats import (
     render,
     split_line,
 )
+from weirmq.cli.groups import print_description, state_name, type_name
 from weirmq.cli.main import main
 from weirmq.cli.output import Column, bytes_from_json, print_table, text_or_base64
 
@@ -215,6 +217,75 @@ def test_tables_stay_one_line_per_row_in_a_pipe(capsys: pytest.CaptureFixture[st
     assert len(header) == len(first) == len(second)
 
 
+def test_table_cells_are_text_not_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    # Kafka allows any character in a group or client id.
+    print_table([Column("GROUP")], [("[bold]x",), ("a[/]",)])
+    assert capsys.readouterr().out.split() == ["GROUP", "[bold]x", "a[/]"]
+
+
+# -- groups ------------------------------------------------------------------------------------
+
+
+def test_group_states_and_types_are_named_as_kafka_names_them() -> None:
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+
+    names = [state_name(state) for state in ConsumerGroupState]
+    assert names == [
+        "Unknown",
+        "PreparingRebalance",
+        "CompletingRebalance",
+        "Stable",
+        "Dead",
+        "Empty",
+    ]
+    assert [type_name(kind) for kind in ConsumerGroupType] == ["unknown", "consumer", "classic"]
+
+
+def test_a_group_description_as_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    busy = {"member_id": "m-1", "client_id": "app", "host": "/10.0.0.7"}
+    idle = {"member_id": "m-2", "client_id": "app", "host": "/10.0.0.8"}
+    owned = {"topic": "orders", "partition": 0, "current_offset": None, "log_end_offset": 7}
+    orphan = {"topic": "orders", "partition": 1, "current_offset": 9, "log_end_offset": None}
+    print_description(
+        {
+            "group": "billing",
+            "type": "classic",
+            "state": "Stable",
+            "protocol": "range",
+            "members": [busy, idle],
+            "partitions": [
+                {**owned, "lag": None, "member_id": "m-1"},
+                {**orphan, "lag": None, "member_id": None},
+            ],
+        }
+    )
+    header, blank, titles, *rows = capsys.readouterr().out.splitlines()
+    assert header == "Group billing (classic): Stable, 2 members, assignor range"
+    assert blank == ""
+    assert titles.split()[:5] == ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+    assert [row.split() for row in rows] == [
+        ["orders", "0", "-", "7", "-", "m-1", "/10.0.0.7", "app"],
+        ["orders", "1", "9", "-", "-", "-", "-", "-"],  # committed, but owned by nobody now
+        ["-", "-", "-", "-", "-", "m-2", "/10.0.0.8", "app"],  # a member that owns nothing
+    ]
+
+
+def test_a_group_with_nothing_to_show(capsys: pytest.CaptureFixture[str]) -> None:
+    print_description(
+        {
+            "group": "new",
+            "type": "consumer",
+            "state": "Empty",
+            "protocol": None,
+            "members": [],
+            "partitions": [],
+        }
+    )
+    captured = capsys.readouterr()
+    assert captured.out == "Group new (consumer): Empty, 0 members\n"
+    assert captured.err == "weirmq: group 'new' has no members and no committed offsets\n"
+
+
 # -- usage errors (exit 2, before any connection) ----------------------------------------------
 
 
@@ -232,6 +303,9 @@ def test_tables_stay_one_line_per_row_in_a_pipe(capsys: pytest.CaptureFixture[st
         (["topics", "create", "t", "--partitions", "0"], "--partitions"),
         (["topics", "alter", "t"], "nothing to alter"),
         (["topics", "list", "--bootstrap", "nowhere"], "is not HOST:PORT"),
+        (["groups", "describe"], "Missing argument 'GROUP'"),
+        (["groups", "delete"], "Missing argument 'GROUP'"),
+        (["groups", "list", "extra"], "unexpected extra argument"),
     ],
 )
 def test_usage_errors_exit_2(args: list[str], complaint: str) -> None:
@@ -265,6 +339,7 @@ def test_help_lists_the_client_commands_and_exit_codes() -> None:
         "consume  Print the records of TOPIC as they arrive.",
         "produce  Send each line of stdin to TOPIC as one record.",
         "topics   List, create, describe, alter and delete topics.",
+        "groups   List, describe and delete consumer groups.",
         "3  no broker reachable at --bootstrap",
     ):
         assert line in result.output

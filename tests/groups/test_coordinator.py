@@ -296,3 +296,11 @@ def test_describe_and_list(fx: Fixture) -> None:
         c.describe_consumer_group("g")
     assert info.value.code is ErrorCode.group_id_not_found
     assert State.STABLE.value == "Stable"
+
+
+def test_offsets_of_a_deleted_topic_are_forgotten_for_good(fx: Fixture) -> None:
+    c = fx.coordinator
+    commit(c, "g", {0: 1, 1: 2})
+    assert c.forget_topic("t") == 2
+    assert fetched(c, "g") == {}
+    assert fetched(fx.restart(), "g") == {}

@@ -2,7 +2,7 @@
 (`python -m weirmq ...` in a subprocess) against a real broker process, and reads the
 results back through the command's own `--json` output or a real Kafka client.
 
-Consumer groups do not exist in the broker yet, so `consume --group` has no test here.
+`weirmq groups` and `consume --group` have their tests in test_cli_groups.py.
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ from kio.schema.errors import ErrorCode
 MALFORMED_JSON = "MALFORMED_JSON"
 INVALID_REQUEST = "INVALID_REQUEST"
 INTERNAL_ERROR = "INTERNAL_ERROR"
-# Kafka's name, for the refusals the admin API makes itself before asking the broker.
+# Kafka's names, for the refusals the admin API makes itself before asking the broker.
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition.name.upper()
+GROUP_ID_NOT_FOUND = ErrorCode.group_id_not_found.name.upper()
 
 _STATUS_BY_KAFKA_CODE: dict[ErrorCode, int] = {
     ErrorCode.unknown_topic_or_partition: 404,
@@ -39,6 +40,8 @@ _STATUS_BY_KAFKA_CODE: dict[ErrorCode, int] = {
     ErrorCode.invalid_config: 400,
     ErrorCode.invalid_request: 400,
     ErrorCode.policy_violation: 400,
+    ErrorCode.group_id_not_found: 404,
+    ErrorCode.non_empty_group: 409,
 }
 
 # aiohttp's own refusals (no route, wrong method, body too large), under names that read

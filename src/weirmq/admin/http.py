@@ -19,11 +19,13 @@ Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json
     GET    /api/v1/topics/{name}          DELETE                   204
     GET    /api/v1/topics/{name}/partitions[/{partition}]
     GET    /api/v1/topics/{name}/configs  PATCH                    200
+    GET    /api/v1/groups
+    GET    /api/v1/groups/{group}         DELETE                   204
     GET    /openapi.json
     GET    /metrics                                        Prometheus text format
 
-Consumer groups (``/api/v1/groups``, with lag per partition) join the table when groups
-exist.
+A group is read from the coordinator's views (`Broker.group_views`, `Broker.group_lag`)
+and deleted by `Broker.delete_group`, the code path of a Kafka DeleteGroups request.
 
 Nothing a request sends can take the broker down: one middleware turns every failure into
 the JSON error shape of `weirmq.admin.errors` (4xx for the request's faults, 500 for
@@ -43,11 +45,13 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
 from weirmq.broker.core import Broker
+from weirmq.broker.groups import GroupView
 from weirmq.broker.settings import Settings, parse_host_port
 from weirmq.broker.topics import Topic
 
 from . import openapi, views
 from .errors import (
+    GROUP_ID_NOT_FOUND,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     MALFORMED_JSON,
@@ -135,8 +139,9 @@ def create_app(broker: Broker) -> web.Application:
             web.get("/api/v1/topics/{name}/partitions/{partition}", get_partition),
             web.get("/api/v1/topics/{name}/configs", describe_configs),
             web.patch("/api/v1/topics/{name}/configs", alter_configs),
-            # /api/v1/groups and /api/v1/groups/{group} (members, offsets, lag) go here
-            # once consumer groups exist.
+            web.get("/api/v1/groups", list_groups),
+            web.get("/api/v1/groups/{group}", get_group),
+            web.delete("/api/v1/groups/{group}", delete_group),
             web.get("/openapi.json", get_openapi),
             web.get("/metrics", get_metrics),
         ]
@@ -245,6 +250,23 @@ async def alter_configs(request: web.Request) -> web.Response:
     return web.json_response(views.configs_document(topic.name, entries))
 
 
+async def list_groups(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    groups = [views.group_summary(broker, view) for view in broker.group_views()]
+    return web.json_response({"groups": groups})
+
+
+async def get_group(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    return web.json_response(views.group_detail(broker, _group(request)))
+
+
+async def delete_group(request: web.Request) -> web.Response:
+    # The broker refuses an unknown group (404) and one with members (409) itself.
+    request.app[BROKER].delete_group(request.match_info["group"])
+    return web.Response(status=204)
+
+
 async def get_openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[OPENAPI_JSON], content_type="application/json")
 
@@ -263,6 +285,14 @@ def _topic(request: web.Request) -> Topic:
     if topic is None:
         raise ApiError(404, UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
     return topic
+
+
+def _group(request: web.Request) -> GroupView:
+    group_id = request.match_info["group"]
+    view = request.app[BROKER].group_view(group_id)
+    if view is None:
+        raise ApiError(404, GROUP_ID_NOT_FOUND, f"unknown group {group_id!r}")
+    return view
 
 
 async def _json_object(request: web.Request, allowed: frozenset[str]) -> dict[str, object]:

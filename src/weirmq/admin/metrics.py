@@ -22,13 +22,15 @@ Naming follows Prometheus' conventions: a ``weirmq_`` prefix, ``_total`` on coun
 base units (``_seconds``, ``_bytes``) in the name. docs/admin-api.md lists every family;
 a test checks that list against what a scrape exports.
 
-Consumer groups do not exist yet; their lag (``weirmq_consumer_group_lag``, labels group,
-topic, partition) joins `BrokerCollector.collect` with them.
+Consumer groups are read from the coordinator's views at scrape time too: a group's lag on
+a partition is exported only where it is known (a committed offset and a log to compare it
+with), so a group that never committed has no lag series rather than a made-up one.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
 
 from kio.schema.index import api_key_map
@@ -89,6 +91,7 @@ class BrokerCollector(Collector):
         yield from self._connections()
         yield from self._partitions()
         yield self._flushes()
+        yield from self._groups()
 
     def _broker(self) -> Iterator[Metric]:
         broker = self.broker
@@ -205,6 +208,31 @@ class BrokerCollector(Collector):
         )
         family.add_metric([], _buckets(histogram.cumulative()), histogram.sum)
         return family
+
+    def _groups(self) -> Iterator[Metric]:
+        broker = self.broker
+        members = GaugeMetricFamily(
+            f"{PREFIX}_consumer_group_members", "Members of the group.", labels=["group"]
+        )
+        lag = GaugeMetricFamily(
+            f"{PREFIX}_consumer_group_lag",
+            "Log end offset of the partition minus the group's committed offset on it.",
+            labels=["group", "topic", "partition"],
+        )
+        states: Counter[str] = Counter()
+        for view in broker.group_views():
+            states[view.state] += 1
+            members.add_metric([view.group_id], len(view.members))
+            for partition in broker.group_lag(view.group_id):
+                if partition.lag is not None:
+                    values = [view.group_id, partition.topic, str(partition.partition)]
+                    lag.add_metric(values, partition.lag)
+        groups = GaugeMetricFamily(
+            f"{PREFIX}_consumer_groups", "Consumer groups, by state.", labels=["state"]
+        )
+        for state, count in sorted(states.items()):
+            groups.add_metric([state], count)
+        yield from (groups, members, lag)
 
 
 def _buckets(cumulative: list[tuple[float, int]]) -> list[tuple[str, float]]:

@@ -206,6 +206,94 @@ _CONFIG_ENTRY = _object(
     }
 )
 
+GROUP_STATES = [
+    "Empty",
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Assigning",
+    "Reconciling",
+    "Stable",
+    "Dead",
+]
+"""Kafka's state names: classic groups go through PreparingRebalance and
+CompletingRebalance, consumer (KIP-848) groups through Assigning and Reconciling."""
+
+_NULLABLE_OFFSET: Schema = {**_integer(), "nullable": True}
+_LAG: Schema = {
+    "type": "integer",
+    "format": "int64",
+    "nullable": True,
+    "description": "Log end offset minus committed offset (negative if the group committed "
+    "past the end); null unless both are known.",
+}
+
+_GROUP_SUMMARY_PROPERTIES: dict[str, Schema] = {
+    "group_id": _STRING,
+    "kind": {
+        "type": "string",
+        "enum": ["classic", "consumer"],
+        "description": "classic: JoinGroup and SyncGroup; consumer: KIP-848.",
+    },
+    "state": {"type": "string", "enum": GROUP_STATES},
+    "protocol_type": {
+        "type": "string",
+        "description": '"consumer" for Kafka consumers; empty for a group that only holds '
+        "offsets (committed by consumers that assign partitions themselves).",
+    },
+    "protocol": {
+        "type": "string",
+        "description": "The partition assignor (range, cooperative-sticky, uniform, ...); "
+        "empty when none is chosen.",
+    },
+    "generation": {
+        **_integer(0, INT32_MAX, "int32"),
+        "description": "Classic: the generation id. Consumer: the group epoch.",
+    },
+    "member_count": _integer(0, INT32_MAX, "int32"),
+    "lag": {
+        **_LAG,
+        "description": "Sum of the lags of its partitions that have one; null if none has.",
+    },
+}
+
+_TOPIC_PARTITION = _object({"topic": _STRING, "partition": _integer(0, INT32_MAX, "int32")})
+
+_GROUP_MEMBER = _object(
+    {
+        "member_id": _STRING,
+        "group_instance_id": {
+            **_NULLABLE_STRING,
+            "description": "A static member's group.instance.id; null for a dynamic one.",
+        },
+        "client_id": _STRING,
+        "client_host": {"type": "string", "description": "As Kafka gives it: /127.0.0.1."},
+        "assignment": {
+            "type": "array",
+            "items": _TOPIC_PARTITION,
+            "description": "The partitions the member owns now.",
+        },
+    }
+)
+
+_GROUP_PARTITION = _object(
+    {
+        "topic": _STRING,
+        "partition": _integer(0, INT32_MAX, "int32"),
+        "committed_offset": {
+            **_NULLABLE_OFFSET,
+            "description": "The group's committed offset (the next record it will read); "
+            "null if it has committed none.",
+        },
+        "log_end_offset": {
+            **_NULLABLE_OFFSET,
+            "description": "null if the partition no longer exists.",
+        },
+        "lag": _LAG,
+        "member_id": {**_NULLABLE_STRING, "description": "The member that owns it now."},
+    },
+    "A partition the group has committed an offset for or owns.",
+)
+
 _CREATE_TOPIC: Schema = {
     "type": "object",
     "properties": {
@@ -262,7 +350,16 @@ _PARTITION_PARAMETER: Schema = {
     "description": "Partition index, from 0.",
     "example": 0,
 }
+_GROUP_PARAMETER: Schema = {
+    "name": "group",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1},
+    "description": "Group id (URL-encoded: a group id may hold any character).",
+    "example": "billing",
+}
 _UNKNOWN_TOPIC = _error("No such topic (UNKNOWN_TOPIC_OR_PARTITION).")
+_UNKNOWN_GROUP = _error("No such group (GROUP_ID_NOT_FOUND).")
 _BAD_BODY = _error(
     "The body is not JSON (MALFORMED_JSON), has the wrong shape (INVALID_REQUEST), or the "
     "broker refuses a value (a Kafka error code such as INVALID_CONFIG)."
@@ -389,6 +486,34 @@ def _paths() -> dict[str, Schema]:
                 },
             },
         },
+        "/api/v1/groups": {
+            "get": {
+                "operationId": "listGroups",
+                "tags": ["groups"],
+                "summary": "Every consumer group, with its state, size and total lag.",
+                "responses": {"200": _json(_ref("GroupList"), "The groups, by id.")},
+            },
+        },
+        "/api/v1/groups/{group}": {
+            "parameters": [_GROUP_PARAMETER],
+            "get": {
+                "operationId": "getGroup",
+                "tags": ["groups"],
+                "summary": "A group, its members and their partitions, and its offsets and "
+                "lag per partition.",
+                "responses": {"200": _json(_ref("Group"), "The group."), "404": _UNKNOWN_GROUP},
+            },
+            "delete": {
+                "operationId": "deleteGroup",
+                "tags": ["groups"],
+                "summary": "Delete a group that has no members, and its committed offsets.",
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    "404": _UNKNOWN_GROUP,
+                    "409": _error("The group has members (NON_EMPTY_GROUP)."),
+                },
+            },
+        },
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenApi",
@@ -439,6 +564,17 @@ def _schemas() -> dict[str, Schema]:
         "TopicConfigs": _object(
             {"topic": _STRING, "configs": {"type": "array", "items": _ref("ConfigEntry")}}
         ),
+        "GroupSummary": _object(_GROUP_SUMMARY_PROPERTIES),
+        "GroupList": _object({"groups": {"type": "array", "items": _ref("GroupSummary")}}),
+        "Group": _object(
+            {
+                **_GROUP_SUMMARY_PROPERTIES,
+                "members": {"type": "array", "items": _ref("GroupMember")},
+                "partitions": {"type": "array", "items": _ref("GroupPartition")},
+            }
+        ),
+        "GroupMember": _GROUP_MEMBER,
+        "GroupPartition": _GROUP_PARTITION,
         "CreateTopic": _CREATE_TOPIC,
         "AlterConfigs": _ALTER_CONFIGS,
     }
@@ -453,9 +589,9 @@ def document() -> Schema:
             "info": {
                 "title": "WeirMQ admin API",
                 "version": __version__,
-                "description": "Topics, partitions and health of one WeirMQ broker. Errors are "
-                '{"error": {"code": ..., "message": ...}} with a 4xx status. Consumer groups '
-                "(and their lag) join when groups exist.",
+                "description": "Health, topics, partitions and consumer groups (with their "
+                "lag) of one WeirMQ broker. Errors are "
+                '{"error": {"code": ..., "message": ...}} with a 4xx status.',
             },
             "paths": _paths(),
             "components": {"schemas": _schemas()},

@@ -7,8 +7,11 @@ The shapes are described, field by field, in `weirmq.admin.openapi`; a test vali
 every answer against that description, so the two cannot drift apart unnoticed.
 
 Names follow Kafka where Kafka has one (``log_start_offset``, ``log_end_offset``,
-``topic_id``); sizes are in bytes and durations in milliseconds, with the unit in the name.
-With one broker and no replication, a partition's high watermark is its log end offset.
+``topic_id``, ``group_id``, ``member_id``); sizes are in bytes and durations in
+milliseconds, with the unit in the name. With one broker and no replication, a partition's
+high watermark is its log end offset. Where the broker has no value (a group without a
+committed offset, a committed partition whose topic is gone), the JSON says null rather
+than Kafka's -1, so a client cannot mistake it for an offset.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Protocol
 from weirmq import __version__
 from weirmq.broker.configs import ConfigSource
 from weirmq.broker.core import Broker
+from weirmq.broker.groups import GroupView, MemberView
 from weirmq.broker.settings import Settings
 from weirmq.broker.topics import Topic
 
@@ -194,6 +198,64 @@ def config_entry(entry: ConfigEntry) -> JsonObject:
         "type": entry.type,
         "documentation": entry.documentation,
     }
+
+
+# --- consumer groups ------------------------------------------------------------------------
+
+
+def group_summary(broker: Broker, view: GroupView) -> JsonObject:
+    """A group as listed: what it is, its state, its size and its total lag."""
+    lags = [p.lag for p in broker.group_lag(view.group_id) if p.lag is not None]
+    return {
+        "group_id": view.group_id,
+        "kind": view.kind,
+        "state": view.state,
+        "protocol_type": view.protocol_type,
+        "protocol": view.protocol,
+        "generation": view.generation,
+        "member_count": len(view.members),
+        # A partition counts once its lag is known (a committed offset and a log); with
+        # none known, neither is the total.
+        "lag": sum(lags) if lags else None,
+    }
+
+
+def group_detail(broker: Broker, view: GroupView) -> JsonObject:
+    """The summary, every member with its partitions, and every partition the group has
+    committed or owns, with its committed offset, log end and lag."""
+    partitions = [
+        {
+            "topic": partition.topic,
+            "partition": partition.partition,
+            "committed_offset": _known(partition.committed_offset),
+            "log_end_offset": _known(partition.log_end_offset),
+            "lag": partition.lag,
+            "member_id": partition.member_id,
+        }
+        for partition in broker.group_lag(view.group_id)
+    ]
+    return {
+        **group_summary(broker, view),
+        "members": [member_document(member) for member in view.members],
+        "partitions": partitions,
+    }
+
+
+def member_document(member: MemberView) -> JsonObject:
+    return {
+        "member_id": member.member_id,
+        "group_instance_id": member.group_instance_id,
+        "client_id": member.client_id,
+        "client_host": member.client_host,
+        "assignment": [
+            {"topic": topic, "partition": partition} for topic, partition in member.assignment
+        ],
+    }
+
+
+def _known(offset: int) -> int | None:
+    """The broker's -1 ("none") as null."""
+    return None if offset < 0 else offset
 
 
 def _offline_reason(broker: Broker, topic: str, partition: int) -> str | None:

@@ -36,6 +36,7 @@ from ..storage.config import LogConfig
 from ..storage.errors import OffsetOutOfRangeError, StorageError
 from ..storage.log import FileLog
 from ..storage.manager import LogManager, StorageSettings
+from ..wire.errors import KafkaError
 from . import configs
 from .configs import ConfigEntry
 from .groups import OFFSETS_TOPIC, GroupTimer, OffsetsLog, group_lag
@@ -197,6 +198,10 @@ class Broker:
             self.producers.pop(tp, None)
             self.appended(tp)  # waiting fetches answer UNKNOWN_TOPIC_OR_PARTITION now
         self.topics.delete(name)
+        try:
+            self.groups.forget_topic(name)
+        except KafkaError as exc:  # the offsets log refused; they go with their group
+            log.error("offsets of deleted topic %r not removed: %s", name, exc)
         self._no_fsync.discard(name)
         self.stats.forget_topic(name)
         log.info("deleted topic %r", name)

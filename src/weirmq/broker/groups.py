@@ -713,3 +713,9 @@ def group_lag(broker: Broker, group_id: str) -> list[PartitionLag]:
             PartitionLag(topic, partition, offset, end, lag, owners.get((topic, partition)))
         )
     return result
+
+
+# Re-exported for the admin API, which may import only weirmq.broker (see
+# tests/test_import_rules.py): the read-only views it turns into JSON and metrics.
+from ..groups.views import GroupView as GroupView  # noqa: E402
+from ..groups.views import MemberView as MemberView  # noqa: E402

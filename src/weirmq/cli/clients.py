@@ -1,5 +1,6 @@
-"""What the client commands (``topics``, ``produce``, ``consume``) share: where the broker
-is, whether it answers, and how a failure becomes one line on stderr and an exit code.
+"""What the client commands (``topics``, ``groups``, ``produce``, ``consume``) share: where
+the broker is, whether it answers, and how a failure becomes one line on stderr and an
+exit code.
 
 Theory of operation:
 

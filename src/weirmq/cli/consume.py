@@ -4,12 +4,14 @@ Theory of operation:
 
 - Without ``--group`` the consumer ``assign()``s the partitions itself (all of them, or the
   ``--partition`` ones) at the start offset: the end by default, the beginning with
-  ``--from-beginning``, or ``--offset``. The broker has no consumer groups yet, so this is
-  the mode that works today. librdkafka still wants a ``group.id``; ours is a placeholder
-  that is never used, because nothing is committed (``enable.auto.commit`` off).
-- With ``--group`` the consumer ``subscribe()``s and lets the group assign partitions and
-  commit offsets. That needs consumer groups in the broker, which do not exist yet: this
-  path is written against librdkafka's documented behaviour and cannot be tested yet.
+  ``--from-beginning``, or ``--offset``. librdkafka still wants a ``group.id``; ours is a
+  placeholder that is never used, because nothing is committed (``enable.auto.commit``
+  off).
+- With ``--group`` the consumer ``subscribe()``s and lets the group assign partitions; it
+  resumes at the group's committed offsets. librdkafka commits the offsets of the records
+  it has handed us (auto-commit every few seconds, and a last time in ``close()``); we ask
+  it for no more than ``--max-messages``, so the next run with the same group starts
+  right after the last record this one printed.
 - Records are printed as bytes to stdout, batch by batch, flushing after each batch so a
   pipe sees them as they come: the value per line by default, a kcat-style ``--format``,
   or JSON Lines with ``--json`` (see formats.py).
@@ -122,7 +124,7 @@ def _format_callback(ctx: click.Context, param: click.Parameter, value: str | No
     "--group",
     "-G",
     metavar="GROUP",
-    help="Join consumer group GROUP and commit offsets (needs groups in the broker).",
+    help="Join consumer group GROUP: read where it left off, commit what is printed.",
 )
 @click.option(
     "--max-messages",
@@ -252,7 +254,7 @@ def _start(
 
     existing = sorted(topic_metadata(consumer, topic, bootstrap).partitions)
     if group:
-        consumer.subscribe([topic])  # untested: the broker has no consumer groups yet
+        consumer.subscribe([topic])
         return
     check_partitions(topic, partitions, existing)
     offset = OFFSET_END if start_offset is None else start_offset

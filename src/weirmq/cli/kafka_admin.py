@@ -1,10 +1,11 @@
 """confluent-kafka's admin names, re-exported so that mypy sees them.
 
 ``confluent_kafka.admin`` is the documented home of ``AdminClient``, ``NewTopic``,
-``ConfigResource`` and the rest, but it re-exports them from private modules without an
-``__all__``; mypy, reading a ``py.typed`` package, then calls them private. Importing them
-once here, with that one complaint silenced and an ``__all__``, keeps every other import
-checked. ``OffsetSpec``'s constructors are untyped; the wrappers below give them types.
+``ConfigResource``, ``ConsumerGroupDescription`` and the rest, but it re-exports them from
+private modules without an ``__all__``; mypy, reading a ``py.typed`` package, then calls
+them private. Importing them once here, with that one complaint silenced and an
+``__all__``, keeps every other import checked. ``OffsetSpec``'s constructors are untyped;
+the wrappers below give them types.
 
 This module loads librdkafka: import it inside the commands only, never at module level
 (``weirmq serve`` must not pay for it).
@@ -18,6 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    ConsumerGroupDescription,
     NewPartitions,
     NewTopic,
     OffsetSpec,
@@ -31,6 +33,7 @@ __all__ = [
     "ConfigEntry",
     "ConfigResource",
     "ConfigSource",
+    "ConsumerGroupDescription",
     "NewPartitions",
     "NewTopic",
     "OffsetSpec",

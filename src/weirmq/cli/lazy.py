@@ -1,5 +1,5 @@
-"""The client commands (``topics``, ``produce``, ``consume``), registered on the ``weirmq``
-group without importing them.
+"""The client commands (``topics``, ``groups``, ``produce``, ``consume``), registered on the
+``weirmq`` group without importing them.
 
 Why: ``weirmq serve`` is started by scripts and benchmarks that time it, and building the
 client commands (about forty click options, the helper modules behind them) costs tens of
@@ -24,15 +24,17 @@ import click
 # Where each client command lives, as "module:attribute".
 CLIENT_COMMANDS = {
     "topics": "weirmq.cli.topics:topics",
+    "groups": "weirmq.cli.groups:groups",
     "produce": "weirmq.cli.produce:produce",
     "consume": "weirmq.cli.consume:consume",
 }
 
 EXIT_CODES_EPILOG = (
-    "\b\nExit codes of the client commands (topics, produce, consume):\n"
+    "\b\nExit codes of the client commands (topics, groups, produce, consume):\n"
     "  0  success\n"
     "  1  the broker answered with an error (e.g. the topic exists or does not exist,\n"
-    "     an invalid config, records not delivered)\n"
+    "     an invalid config, a group that does not exist or still has members,\n"
+    "     records not delivered)\n"
     "  2  usage error\n"
     "  3  no broker reachable at --bootstrap"
 )

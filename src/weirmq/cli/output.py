@@ -52,14 +52,18 @@ def console(*, stderr: bool = False) -> Console:
 
 
 def print_table(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> None:
-    """An aligned table without borders: a bold header row, then one line per row."""
+    """An aligned table without borders: a bold header row, then one line per row.
+
+    Cells are plain text, never rich markup: names from the broker (a group id, a client
+    id) may hold brackets, which markup would swallow or refuse."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     for column in columns:
         table.add_column(column.header, justify=column.justify, no_wrap=True)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     console().print(table)
 
 

@@ -417,6 +417,16 @@ class GroupCoordinator:
         if not stored:
             self.offsets.pop(group_id, None)
 
+    def forget_topic(self, topic: str) -> int:
+        """Delete every group's offsets of a deleted topic (as Kafka does), so that a new
+        topic of the same name does not inherit them; returns how many went."""
+        removed = 0
+        for group_id in list(self.offsets):
+            doomed = [tp for tp in self.offsets[group_id] if tp[0] == topic]
+            self._remove_offsets(group_id, doomed)
+            removed += len(doomed)
+        return removed
+
     # --- listing, describing, deleting ---------------------------------------------------
 
     def list_groups(self) -> list[tuple[str, str, str, str]]:
