@@ -22,65 +22,35 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+from .records import BufferReader, RecordFormatError
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 TopicPartition = tuple[str, int]
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def take(self, size: int) -> bytes:
-        if size < 0 or self.pos + size > len(self.buf):
-            raise ValueError("truncated")
-        part = self.buf[self.pos : self.pos + size]
-        self.pos += size
-        return part
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self.take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def string(self) -> str:
-        return self.take(self.i16()).decode()
-
-    def count(self) -> int:
-        count = self.i32()
-        if count < 0:
-            return 0
-        if count > len(self.buf):  # every element takes at least one byte
-            raise ValueError("array longer than its buffer")
-        return count
-
-
 def subscribed_topics(metadata: bytes) -> frozenset[str]:
     """The topics of a ConsumerProtocolSubscription; empty if it does not parse."""
     try:
-        reader = _Reader(metadata)
+        reader = BufferReader(metadata)
         reader.i16()
         return frozenset(reader.string() for _ in range(reader.count()))
-    except (ValueError, struct.error, UnicodeDecodeError):
+    except RecordFormatError:
         return frozenset()
 
 
 def assigned_partitions(assignment: bytes) -> tuple[TopicPartition, ...]:
     """The sorted partitions of a ConsumerProtocolAssignment; empty if it does not parse."""
     try:
-        reader = _Reader(assignment)
+        reader = BufferReader(assignment)
         reader.i16()
         found = []
         for _ in range(reader.count()):
             topic = reader.string()
             found += [(topic, reader.i32()) for _ in range(reader.count())]
         return tuple(sorted(found))
-    except (ValueError, struct.error, UnicodeDecodeError):
+    except RecordFormatError:
         return ()
 
 

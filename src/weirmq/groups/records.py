@@ -152,7 +152,10 @@ def encode_value(value: Value) -> bytes:
 # --- reading ---------------------------------------------------------------------------
 
 
-class _Reader:
+class BufferReader:
+    """Big-endian fields from the front of a buffer; anything short or malformed raises
+    RecordFormatError (also used for the consumer protocol's bytes, protocol.py)."""
+
     __slots__ = ("buf", "pos")
 
     def __init__(self, buf: bytes) -> None:
@@ -190,6 +193,13 @@ class _Reader:
             raise RecordFormatError("null where a string is required")
         return value
 
+    def count(self) -> int:
+        """An array length; -1 (null) reads as empty."""
+        count = self.i32()
+        if count > len(self.buf) - self.pos:  # each element takes at least one byte
+            raise RecordFormatError("array longer than its record")
+        return max(count, 0)
+
     def bytes_(self) -> bytes:
         size = self.i32()
         return b"" if size == -1 else self._take(size)
@@ -198,7 +208,7 @@ class _Reader:
 def decode_key(data: bytes) -> Key | None:
     """The key, or None for key versions this coordinator does not keep (Kafka's KIP-848
     and share-group records, versions 3 and up): replay skips those."""
-    reader = _Reader(data)
+    reader = BufferReader(data)
     version = reader.i16()
     if version in (0, 1):
         return OffsetKey(reader.string(), reader.string(), reader.i32())
@@ -210,7 +220,7 @@ def decode_key(data: bytes) -> Key | None:
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
-    reader = _Reader(data)
+    reader = BufferReader(data)
     version = reader.i16()
     if version == 0:
         return OffsetValue(reader.i64(), -1, reader.string(), reader.i64())
@@ -230,7 +240,7 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 
 def decode_group_value(data: bytes) -> GroupValue:
-    reader = _Reader(data)
+    reader = BufferReader(data)
     version = reader.i16()
     if not 0 <= version <= 3:
         raise RecordFormatError(f"unknown group value version {version}")
@@ -240,7 +250,7 @@ def decode_group_value(data: bytes) -> GroupValue:
     leader = reader.nullable_string()
     state_timestamp = reader.i64() if version >= 2 else -1
     members = []
-    for _ in range(reader.i32()):
+    for _ in range(reader.count()):
         member_id = reader.string()
         instance_id = reader.nullable_string() if version >= 3 else None
         client_id, client_host = reader.string(), reader.string()

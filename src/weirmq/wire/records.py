@@ -348,22 +348,8 @@ def record_timestamps(batch: bytes | memoryview) -> Iterator[tuple[int, int]]:
         for delta in range(header.last_offset_delta + 1):
             yield header.base_offset + delta, header.max_timestamp
         return
-    payload = decompress(
-        header.codec,
-        memoryview(batch)[HEADER_BYTES : header.size],
-        max_bytes=DECOMPRESSED_BYTES_MAX,
-    )
-    position = 0
-    for _ in range(header.records_count):
-        length, position = _read_varint(payload, position)
-        record_end = position + length
-        position += 1  # record attributes
-        ts_delta, position = _read_varint(payload, position)
-        offset_delta, position = _read_varint(payload, position)
-        if record_end > len(payload):
-            raise InvalidRecordError("record runs past the end of its batch")
+    for offset_delta, ts_delta, _payload, _position, _end in _records(header, batch):
         yield header.base_offset + offset_delta, header.base_timestamp + ts_delta
-        position = record_end
 
 
 def decode_records(batch: bytes | memoryview) -> Iterator[tuple[int, bytes | None, bytes | None]]:
@@ -372,6 +358,17 @@ def decode_records(batch: bytes | memoryview) -> Iterator[tuple[int, bytes | Non
     For the broker's own logs (the group coordinator replays its records); headers are
     skipped."""
     header = parse_header(batch)
+    for offset_delta, _ts_delta, payload, position, end in _records(header, batch):
+        key, position = _read_nullable(payload, position, end)
+        value, position = _read_nullable(payload, position, end)
+        yield header.base_offset + offset_delta, key, value
+
+
+def _records(
+    header: BatchHeader, batch: bytes | memoryview
+) -> Iterator[tuple[int, int, bytes, int, int]]:
+    """(offset delta, timestamp delta, payload, where the record's key starts, where the
+    record ends) of each record of one whole batch, the payload decompressed if needed."""
     payload = decompress(
         header.codec,
         memoryview(batch)[HEADER_BYTES : header.size],
@@ -384,11 +381,9 @@ def decode_records(batch: bytes | memoryview) -> Iterator[tuple[int, bytes | Non
         if record_end > len(payload):
             raise InvalidRecordError("record runs past the end of its batch")
         position += 1  # record attributes
-        _ts_delta, position = _read_varint(payload, position)
+        ts_delta, position = _read_varint(payload, position)
         offset_delta, position = _read_varint(payload, position)
-        key, position = _read_nullable(payload, position, record_end)
-        value, position = _read_nullable(payload, position, record_end)
-        yield header.base_offset + offset_delta, key, value
+        yield offset_delta, ts_delta, payload, position, record_end
         position = record_end
 
 
