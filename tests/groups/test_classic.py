@@ -422,3 +422,13 @@ def test_record_and_restore_round_trip_keeps_members_and_assignments() -> None:
     # a member heartbeating the restored generation is accepted
     copy.now = 50_000
     assert copy.heartbeat(ids[0], h.group.generation) is ErrorCode.none
+
+
+def test_waiting_joins_and_syncs_are_answered_when_the_broker_stops() -> None:
+    h = Harness()
+    leader, other = stable_group(h, 2)
+    waiting_join = h.join(leader)  # a rebalance: waits for `other`
+    assert not waiting_join
+    h.group.abort_waiting(ErrorCode.not_coordinator)
+    assert waiting_join[0].error is ErrorCode.not_coordinator
+    assert other in h.group.members

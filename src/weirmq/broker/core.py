@@ -368,8 +368,10 @@ class Broker:
                         del self._waiters[tp]
 
     def wake_all(self) -> None:
+        """Answer everything that waits: fetch long polls, group joins and syncs."""
         for tp in list(self._waiters):
             self.appended(tp)
+        self.groups.abort_waiting()
 
     # --- durability ---------------------------------------------------------------------
 

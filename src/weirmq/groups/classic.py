@@ -595,6 +595,15 @@ class ClassicGroup:
             deadlines.append(self.join_deadline_ms)
         return min(deadlines, default=None)
 
+    def abort_waiting(self, error: ErrorCode) -> None:
+        """Answer every JoinGroup and SyncGroup waiting here with `error` (the broker is
+        stopping); the members find the coordinator again and rejoin."""
+        for member in self.members.values():
+            if member.join_callback is not None:
+                member.join_callback(JoinResult(error, member_id=member.member_id))
+                member.join_callback = None
+        self._fail_pending_syncs(error)
+
     # --- deletion, persistence and views -----------------------------------------------
 
     def delete(self, now_ms: int) -> None:

@@ -500,6 +500,13 @@ class GroupCoordinator:
                 group.expire(now_ms)
                 self._note_empty(group_id, group, now_ms)
 
+    def abort_waiting(self) -> None:
+        """The broker is stopping: answer waiting joins and syncs with NOT_COORDINATOR, as
+        a Kafka coordinator that unloads its groups does, so no answer waits for us."""
+        for group in self.groups.values():
+            if isinstance(group, ClassicGroup):
+                group.abort_waiting(ErrorCode.not_coordinator)
+
     def next_deadline_ms(self) -> int | None:
         deadlines = [group.next_deadline_ms() for group in self.groups.values()]
         return min((d for d in deadlines if d is not None), default=None)
