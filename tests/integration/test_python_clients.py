@@ -6,8 +6,8 @@ so a batch one library wrote is decoded by another. kafka-python picks its proto
 versions from the broker's ApiVersions answer (no ``api_version`` is pinned): a broker
 that answers badly gets treated as ancient and receives the old message format.
 
-Consumers use ``assign`` + ``seek_to_beginning`` with ``group_id=None``: the broker has no
-group coordinator yet.
+Consumers use ``assign`` + ``seek_to_beginning`` with ``group_id=None``, so each test reads
+exactly what it produced; groups with these clients are in test_groups_python_clients.py.
 """
 
 from __future__ import annotations
