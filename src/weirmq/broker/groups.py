@@ -602,6 +602,7 @@ class OffsetsLog:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._live_bytes = 0
+        """Size of the last snapshot; unknown (0) until the first compaction."""
         self._compaction_scheduled = False
 
     def _log(self, *, create: bool) -> Any:
@@ -629,7 +630,6 @@ class OffsetsLog:
                             log.error("%s: skipping a malformed record: %s", OFFSETS_TOPIC, exc)
             except (StorageError, KafkaError) as exc:
                 log.error("%s: replay stopped early: %s", OFFSETS_TOPIC, exc)
-            self._live_bytes = partition_log.size_bytes
         coordinator.finish_loading()
         if records:
             log.info(
@@ -663,30 +663,27 @@ class OffsetsLog:
 
     def compact(self) -> None:
         """Append the coordinator's state as a snapshot and drop everything before it."""
-        self._compaction_scheduled = False
+        self._compaction_scheduled = True  # the snapshot's own writes schedule no other
         partition_log = self._log(create=True)
         start = partition_log.log_end_offset
         size_before = partition_log.size_bytes
+        pairs = list(self._broker.groups.snapshot())
         try:
-            self.write_snapshot()
+            if pairs:
+                self.write(pairs)
+            self._live_bytes = partition_log.size_bytes - size_before
             partition_log.advance_log_start(start)
         except KafkaError as exc:
             log.error("%s: compaction failed: %s", OFFSETS_TOPIC, exc)
             return
-        self._live_bytes = max(partition_log.size_bytes - (size_before - self._live_bytes), 1)
+        finally:
+            self._compaction_scheduled = False
         log.info(
             "%s compacted: %d bytes before, log start now %d",
             OFFSETS_TOPIC,
             size_before,
             start,
         )
-
-    def write_snapshot(self) -> None:
-        pairs = list(self._broker.groups.snapshot())
-        if pairs:
-            before = self._live_bytes
-            self.write(pairs)
-            self._live_bytes = before
 
     def end_offset(self) -> int:
         partition_log = self._log(create=False)
