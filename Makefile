@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 # Directories ruff checks; bench/ may not exist in every checkout.
 LINT_DIRS := $(wildcard src tests bench)
 
-.PHONY: venv system-deps test check run bench-storage bench-broker bench-rebalance clean
+.PHONY: venv system-deps test check run bench bench-quick bench-storage bench-rebalance clean
 
 venv: $(INSTALL_STAMP)
 
@@ -62,14 +62,21 @@ check: venv
 run: venv
 	$(VENV)/bin/weirmq serve
 
+# The benchmark suite (docs/benchmarks.md): every workload, ~10 minutes; results in
+# bench/results/ (gitignored). BENCH_ARGS adds options, e.g. BENCH_ARGS="--workload latency".
+bench: venv
+	$(VENV)/bin/weirmq bench --json bench/results/bench.json --plot bench/results/bench.png $(BENCH_ARGS)
+
+# The reduced set CI runs (under two minutes).
+bench-quick: venv
+	$(VENV)/bin/weirmq bench --quick --json bench/results/bench-quick.json \
+		--plot bench/results/bench-quick.png $(BENCH_ARGS)
+
 bench-storage: venv
 	$(VENV_PYTHON) -m bench.storage $(BENCH_ARGS)
 
-bench-broker: venv
-	$(VENV_PYTHON) -m bench.broker $(BENCH_ARGS)
-
 bench-rebalance: venv
-	$(VENV_PYTHON) -m bench.rebalance $(BENCH_ARGS)
+	$(VENV_PYTHON) -m weirmq.bench.rebalance $(BENCH_ARGS)
 
 # Leaves weirmq-data/ and bench/results/ alone: those are data, not build output.
 clean:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine_info, save_results, table
+from weirmq.bench.results import machine_info, save_results, table
 from weirmq.wire import fast, messages
 from weirmq.wire.errors import ErrorCode
 

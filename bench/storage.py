@@ -51,8 +51,7 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any
 
-from bench import common
-from bench.common import save_results, table
+from weirmq.bench import results as common
 from weirmq.storage.config import LogConfig
 from weirmq.storage.handles import HandleCache
 from weirmq.storage.log import FileLog
@@ -354,12 +353,7 @@ def run(work_dir: Path, total_bytes: int, progress: Callable[[str], None]) -> di
 
 
 def machine_info(work_dir: Path) -> dict[str, Any]:
-    pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
-    return {
-        **common.machine_info(),
-        "memory_bytes": pages * os.sysconf("SC_PAGE_SIZE") if pages else None,
-        "filesystem": filesystem_type(work_dir),
-    }
+    return {**common.machine_info(), "filesystem": filesystem_type(work_dir)}
 
 
 def filesystem_type(path: Path) -> str | None:
@@ -393,7 +387,7 @@ def report(results: dict[str, Any], params: dict[str, Any], machine: dict[str, A
         "",
         "Plain writes (os.write to one file, then one fsync)",
     ]
-    out += table(
+    out += common.table(
         ["chunk", "MB/s", "MB/s incl. fsync", "fsync s"],
         [
             [name, num(r["write_mb_s"]), num(r["write_sync_mb_s"]), num(r["sync_s"], 3)]
@@ -401,7 +395,7 @@ def report(results: dict[str, Any], params: dict[str, Any], machine: dict[str, A
         ],
     )
     out += ["", "FileLog.append (buffered), then one flush()"]
-    out += table(
+    out += common.table(
         ["batch", "bytes", "batches/s", "MB/s", "MB/s incl. flush", "flush s"],
         [
             [
@@ -431,7 +425,7 @@ def report(results: dict[str, Any], params: dict[str, Any], machine: dict[str, A
         f"Group commit: {GROUP_COMMIT_BATCH} appends, LogManager.sync() after each, "
         f"waited every {gc['wait_every']}",
     ]
-    out += table(
+    out += common.table(
         ["batch", "batches/s", "MB/s", "fsync rounds", "appends/round"],
         [
             [
@@ -444,7 +438,7 @@ def report(results: dict[str, Any], params: dict[str, Any], machine: dict[str, A
         ],
     )
     out += ["", f"FileLog.read (max_bytes {READ_MAX_BYTES // KIB} KiB, page cache, CRC-checked)"]
-    out += table(
+    out += common.table(
         ["batch", "reads/s", "MB/s"],
         [[n, num(r["reads_s"]), num(r["read_mb_s"])] for n, r in results["read"].items()],
     )
@@ -454,7 +448,7 @@ def report(results: dict[str, Any], params: dict[str, Any], machine: dict[str, A
         f"Recovery on open (segment.bytes {segment_mib:,.0f} MiB; "
         f"target <= {RECOVERY_TARGET_S_PER_GB} s/GB unclean)",
     ]
-    out += table(
+    out += common.table(
         ["batch", "GB", "segments", "unclean s", "unclean s/GB", "clean s", "clean s/GB"],
         [
             [
@@ -521,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(work_dir, ignore_errors=True)
     print(report(results, params, machine))
     document = {"params": params, "machine": machine, "results": results}
-    print(f"\nresults: {save_results('storage', started, document, args.json)}")
+    print(f"\nresults: {common.save_results('storage', started, document, args.json)}")
     return 0
 
 

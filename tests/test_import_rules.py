@@ -53,6 +53,8 @@ RULES: dict[str, Rule] = {
     "server": Rule(("broker", "wire")),
     "admin": Rule(("broker", "__version__")),
     "spark": Rule(()),  # talks to the broker through a Kafka client only
+    # A client of any broker: runs `weirmq serve` as a process, reads only default settings.
+    "bench": Rule(("__version__", "broker.settings")),
     "cli": Rule(EVERYTHING),
     "testing": Rule(EVERYTHING),
     "__init__": Rule(()),  # src/weirmq/__init__.py: importing weirmq stays cheap

@@ -1,5 +1,5 @@
-"""The client commands (``topics``, ``groups``, ``produce``, ``consume``), registered on the
-``weirmq`` group without importing them.
+"""The client commands (``topics``, ``groups``, ``produce``, ``consume``, ``bench``),
+registered on the ``weirmq`` group without importing them.
 
 Why: ``weirmq serve`` is started by scripts and benchmarks that time it, and building the
 client commands (about forty click options, the helper modules behind them) costs tens of
@@ -27,6 +27,7 @@ CLIENT_COMMANDS = {
     "groups": "weirmq.cli.groups:groups",
     "produce": "weirmq.cli.produce:produce",
     "consume": "weirmq.cli.consume:consume",
+    "bench": "weirmq.cli.bench:bench",
 }
 
 EXIT_CODES_EPILOG = (

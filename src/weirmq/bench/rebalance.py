@@ -1,6 +1,6 @@
 """Rebalance benchmark: how long a consumer group takes to absorb a new member.
 
-Run: ``make bench-rebalance`` (or ``.venv/bin/python -m bench.rebalance [--quick] [--runs N]
+Run: ``make bench-rebalance`` (or ``python -m weirmq.bench.rebalance [--quick] [--runs N]
 [--scenario NAME ...] [--json FILE]``). It prints a table and writes every figure, the
 parameters and the machine to a JSON file (default ``bench/results/rebalance-<timestamp>.json``,
 gitignored). It is not a test: nothing here passes or fails on speed.
@@ -58,25 +58,23 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import queue
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from bench.broker import ANNOUNCEMENT
-from bench.common import machine_info, save_results, table
+from weirmq.bench.results import machine_info, save_results, table
+from weirmq.bench.target import BrokerProcess, ExternalBroker, Target
 from weirmq.broker.settings import Settings
 
 CTX = multiprocessing.get_context("spawn")  # librdkafka's threads do not survive fork()
@@ -117,58 +115,7 @@ class Params:
     rate_per_s: int
     value_bytes: int
     timeout_s: float
-
-
-# --- The broker -------------------------------------------------------------------------------
-
-
-class Broker:
-    """The broker as a subprocess on a free port with its own data directory.
-
-    Like `bench.broker.BrokerProcess`, but with settings in its environment (and none
-    inherited: a stray WEIRMQ_* variable in the caller's shell must not change the figures)
-    and its stderr kept in a file, so that a broker failure can be shown.
-    """
-
-    def __init__(self, work: Path, settings_env: dict[str, str]) -> None:
-        self.data_dir = Path(tempfile.mkdtemp(prefix="broker-", dir=work))
-        self.log_path = self.data_dir.with_suffix(".log")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WEIRMQ_")}
-        env.update(settings_env)
-        with self.log_path.open("w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "weirmq", "serve", "--listen", "127.0.0.1:0",
-                 "--admin-listen", "127.0.0.1:0",
-                 "--data-dir", str(self.data_dir), "--log-level", "warning"],
-                stdout=subprocess.PIPE, stderr=log, env=env, text=True,
-            )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()  # the broker announces within a second or two
-        if not line.startswith(ANNOUNCEMENT):
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
-            raise RuntimeError(f"broker did not start: {line!r}\n{self.log_tail()}")
-        self.bootstrap = line.removeprefix(ANNOUNCEMENT).strip()
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"broker exited with {self.process.returncode}\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(STOP_TIMEOUT_S)
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+    topic: str = TOPIC  # and the group is named after it
 
 
 # --- Child processes (top-level functions: the spawn context imports them by name) -----------
@@ -195,7 +142,7 @@ def run_producer(bootstrap: str, params: Params, stop: Any, events: Any, lifetim
         due = int((time.monotonic() - start) * params.rate_per_s)
         while sent < due:
             try:
-                producer.produce(TOPIC, value, partition=sent % params.partitions,
+                producer.produce(params.topic, value, partition=sent % params.partitions,
                                  on_delivery=on_delivery)
             except BufferError:
                 break  # the broker is behind: catch up on the next round, never queue more
@@ -206,7 +153,7 @@ def run_producer(bootstrap: str, params: Params, stop: Any, events: Any, lifetim
                 {"sent": sent, "failed": len(failures), "undelivered": remaining}))
 
 
-def run_member(name: str, bootstrap: str, client_config: dict[str, str], events: Any,
+def run_member(name: str, bootstrap: str, topic: str, client_config: dict[str, str], events: Any,
                mark: Any, go: Any, stop: Any, lifetime_s: float) -> None:
     """One group member: subscribe on `go`, consume until `stop`, report as `Report` says.
 
@@ -223,7 +170,7 @@ def run_member(name: str, bootstrap: str, client_config: dict[str, str], events:
         send("error", time.time(), error=str(err))
 
     consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": GROUP, "client.id": name,
+        "bootstrap.servers": bootstrap, "group.id": f"{topic}-{GROUP}", "client.id": name,
         "auto.offset.reset": "earliest", "error_cb": on_error, **client_config,
     })
     deadline = time.monotonic() + lifetime_s
@@ -235,7 +182,7 @@ def run_member(name: str, bootstrap: str, client_config: dict[str, str], events:
             return
     send("subscribed", time.time())
     consumer.subscribe(
-        [TOPIC],
+        [topic],
         on_assign=lambda _c, _p: changes.append(("assign", time.time())),
         on_revoke=lambda _c, _p: changes.append(("revoke", time.time())),
         on_lost=lambda _c, _p: changes.append(("lost", time.time())),
@@ -293,10 +240,11 @@ class Group:
     """Spawns members and follows their reports; knows when the group has settled."""
 
     bootstrap: str
+    topic: str
     client_config: dict[str, str]
     partitions: int
     lifetime_s: float
-    broker: Broker
+    broker: Target
     events: Any = field(default_factory=CTX.Queue)
     mark: Any = field(default_factory=lambda: CTX.Value("d", 0.0, lock=False))
     members: dict[str, Member] = field(default_factory=dict)
@@ -308,8 +256,8 @@ class Group:
         go, stop = CTX.Event(), CTX.Event()
         process = CTX.Process(
             target=run_member, name=name, daemon=True,
-            args=(name, self.bootstrap, self.client_config, self.events, self.mark, go, stop,
-                  self.lifetime_s),
+            args=(name, self.bootstrap, self.topic, self.client_config, self.events, self.mark,
+                  go, stop, self.lifetime_s),
         )
         process.start()
         member = self.members[name] = Member(name, process, go, stop)
@@ -453,10 +401,10 @@ class Group:
 # --- One scenario --------------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(TOPIC, partitions, 1)], operation_timeout=10)
-    futures[TOPIC].result(timeout=15)
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)
+    futures[topic].result(timeout=15)
 
 
 def measure_join_and_leave(group: Group, name: str, timeout_s: float) -> dict[str, float]:
@@ -480,19 +428,32 @@ def measure_join_and_leave(group: Group, name: str, timeout_s: float) -> dict[st
     return figures
 
 
-def run_scenario(work: Path, scenario: Scenario, params: Params,
-                 log: Callable[[str], None]) -> dict[str, Any]:
-    """Figures for one scenario; raises on a timeout or a failed broker or client."""
+def run_scenario(work: Path, scenario: Scenario, params: Params, log: Callable[[str], None],
+                 bootstrap: str | None = None) -> dict[str, Any]:
+    """Figures for one scenario; raises on a timeout or a failed broker or client.
+
+    With `bootstrap`, against that broker as it is configured (its initial rebalance delay
+    included), on a topic of its own.
+    """
     lifetime_s = READY_TIMEOUT_S * 2 + params.runs * (2 * params.timeout_s + 3 * READY_TIMEOUT_S)
-    broker = Broker(work, {"WEIRMQ_GROUP_INITIAL_REBALANCE_DELAY_MS": "0", **scenario.broker_env})
+    broker: Target
+    if bootstrap is None:
+        broker = BrokerProcess(
+            work, {"WEIRMQ_GROUP_INITIAL_REBALANCE_DELAY_MS": "0", **scenario.broker_env})
+    else:
+        assert not scenario.broker_env, "cannot change an external broker's settings"
+        broker = ExternalBroker(bootstrap)
+        # A broker that outlives us keeps its topics and groups: use names of our own.
+        params = replace(params, topic=f"{TOPIC}-{uuid.uuid4().hex[:8]}")
     stop_producer = CTX.Event()
-    group = Group(broker.bootstrap, scenario.client_config, params.partitions, lifetime_s, broker)
+    group = Group(broker.bootstrap, params.topic, scenario.client_config, params.partitions,
+                  lifetime_s, broker)
     producer = CTX.Process(target=run_producer, name="producer", daemon=True,
                            args=(broker.bootstrap, params, stop_producer, group.events,
                                  lifetime_s))
     runs: list[dict[str, float]] = []
     try:
-        create_topic(broker.bootstrap, params.partitions)
+        create_topic(broker.bootstrap, params.topic, params.partitions)
         producer.start()
         first = [group.spawn(f"member-{i}", wait=False) for i in range(3)]
         group.wait_for(lambda: all(m.ready for m in first), READY_TIMEOUT_S, "3 members to start")

@@ -1,8 +1,10 @@
-"""What every benchmark script shares: the machine description, tables, saving results.
+"""What every benchmark shares: the machine description, aligned tables, saving results.
 
-Each script writes one JSON document per run to ``bench/results/<kind>-<timestamp>.json``
-(gitignored) unless ``--json FILE`` names another place: the parameters, the machine and
-every figure, so a run can be compared with a later one.
+A run writes one JSON document: the parameters, the machine and every figure, so that a
+run can be compared with a later one or with another broker's. The scripts under the
+repository's ``bench/`` (storage, encoders) and ``python -m weirmq.bench.rebalance`` write
+to ``bench/results/<kind>-<timestamp>.json`` (gitignored) unless ``--json FILE`` names
+another place.
 """
 
 from __future__ import annotations
@@ -14,16 +16,37 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path("bench") / "results"  # relative to where the benchmark is run
 
 
 def machine_info() -> dict[str, Any]:
+    """What the figures depend on: cores, CPU model, memory, Python, kernel."""
     return {
         "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_gib": _memory_gib(),
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "platform": platform.platform(),
     }
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _memory_gib() -> float | None:
+    try:
+        pages, page_bytes = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+    return round(pages * page_bytes / 2**30, 1)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

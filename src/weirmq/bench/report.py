@@ -1,0 +1,308 @@
+"""Turning a run's results into a table, a list of targets met or missed, and a plot.
+
+The results are the JSON document `weirmq.bench.runner` writes: ``{"workloads": {name:
+{"description", "params", "cases": [...]}}, ...}``. Everything here reads that document
+and nothing else, so a saved JSON file can be re-rendered later (``weirmq bench --from
+FILE``).
+
+The targets are issue 6's: each is computed from the figures of one run, so a ratio always
+compares two measurements taken minutes apart on the same machine, never against a figure
+from another day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from weirmq.bench.results import table
+
+Case = dict[str, Any]
+
+
+def cases(document: dict[str, Any], workload: str) -> list[Case]:
+    return list(document.get("workloads", {}).get(workload, {}).get("cases", []))
+
+
+def find(document: dict[str, Any], workload: str, name: str) -> Case | None:
+    """The case called `name`, if it ran and did not fail."""
+    for case in cases(document, workload):
+        if case.get("name") == name and "error" not in case and "skipped" not in case:
+            return case
+    return None
+
+
+def _get(case: Case | None, key: str) -> float | None:
+    value = None if case is None else case.get(key)
+    return value if isinstance(value, int | float) else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+# --- Targets -----------------------------------------------------------------------------
+
+
+def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target of issue 6: what it asks, the figure measured, and whether it held.
+
+    ``met`` is None when the figures it needs were not measured in this run.
+    """
+    def get(workload: str, name: str, key: str) -> float | None:
+        return _get(find(document, workload, name), key)
+
+    acks_ratio = _ratio(get("produce", "1 KB acks=all x1", "mb_per_s"),
+                        get("produce", "1 KB acks=1 x1", "mb_per_s"))
+    partitions_ratio = _ratio(get("partitions", "1000 partitions default", "mb_per_s"),
+                              get("partitions", "10 partitions default", "mb_per_s"))
+    ten_thousand = next((c for c in cases(document, "partitions")
+                         if c.get("name") == "10000 partitions default"), None)
+    rows: list[tuple[str, float | None, str, Callable[[float], bool] | None]] = [
+        ("produce 1 KB: acks=all / acks=1 throughput", acks_ratio, ">= 0.5",
+         lambda v: v >= 0.5),
+        ("1,000 partitions / 10 partitions throughput", partitions_ratio, ">= 0.8",
+         lambda v: v >= 0.8),
+        ("broker RSS at 1,000 partitions, MB",
+         get("partitions", "1000 partitions default", "broker_peak_rss_mb"), "<= 80",
+         lambda v: v <= 80),
+        ("10,000 partitions work (produce delivered, MB/s)",
+         None if ten_thousand is None or "error" in ten_thousand
+         else _get(ten_thousand, "mb_per_s"), "works", lambda v: v > 0),
+        ("end-to-end p99 at 5,000 msg/s of 1 KB, acks=1, ms",
+         get("latency", "5000 msg/s", "p99_ms"), "<= 5", lambda v: v <= 5),
+        ("start-up, ms", get("startup", "startup", "announced_ms"), "<= 500",
+         lambda v: v <= 500),
+        ("idle CPU, % of one core", get("idle", "idle", "cpu_percent"), "<= 0.5",
+         lambda v: v <= 0.5),
+        ("broker CPU per GB produced, 1 KB, acks=all (librdkafka defaults), s",
+         get("produce", "1 KB acks=all x1", "broker_cpu_s_per_gb"), "as low as possible",
+         None),
+        ("broker CPU per GB produced, 1 KB, acks=1, s",
+         get("produce", "1 KB acks=1 x1", "broker_cpu_s_per_gb"), "as low as possible", None),
+        ("broker CPU per GB consumed (catch-up), 1 KB, s",
+         _get(next((c for c in cases(document, "consume")
+                    if c.get("value_bytes") == 1024 and "error" not in c), None),
+              "broker_cpu_s_per_gb"), "as low as possible", None),
+    ]
+    # A failed 10,000-partition case is a measured miss, not a missing measurement.
+    out = []
+    for what, measured, goal, check in rows:
+        if what.startswith("10,000") and ten_thousand is not None and "error" in ten_thousand:
+            out.append({"target": what, "goal": goal, "measured": None, "met": False,
+                        "note": ten_thousand["error"]})
+            continue
+        met = None if measured is None or check is None else bool(check(measured))
+        out.append({"target": what, "goal": goal, "measured": measured, "met": met})
+    return out
+
+
+# --- Text ----------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "/".join(_fmt(v, 0) for v in value)
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+# For each workload: (header, key, digits) of the columns after the case name.
+COLUMNS: dict[str, Sequence[tuple[str, str, int]]] = {
+    "startup": [("announced ms", "announced_ms", 0), ("max ms", "announced_ms_max", 0),
+                ("first Metadata ms", "first_metadata_ms", 0)],
+    "idle": [("s", "seconds", 0), ("CPU %", "cpu_percent", 2), ("RSS MB", "rss_mb", 1)],
+    "produce": [("msg/s", "messages_per_s", 0), ("MB/s", "mb_per_s", 1),
+                ("broker CPU s/GB", "broker_cpu_s_per_gb", 2),
+                ("broker CPU %", "broker_cpu_percent", 0),
+                ("broker peak RSS MB", "broker_peak_rss_mb", 0),
+                ("client CPU %", "client_cpu_percent", 0), ("limit", "limit", 0)],
+    "consume": [("msg/s", "messages_per_s", 0), ("MB/s", "mb_per_s", 1),
+                ("broker CPU s/GB", "broker_cpu_s_per_gb", 2),
+                ("broker CPU %", "broker_cpu_percent", 0),
+                ("client CPU %", "client_cpu_percent", 0), ("limit", "limit", 0)],
+    "latency": [("achieved msg/s", "achieved_rate_per_s", 0), ("p50 ms", "p50_ms", 2),
+                ("p99 ms", "p99_ms", 2), ("p99.9 ms", "p999_ms", 2), ("max ms", "max_ms", 2),
+                ("broker CPU %", "broker_cpu_percent", 0),
+                ("client CPU %", "client_cpu_percent", 0)],
+    "partitions": [("create s", "create_s", 2), ("MB/s", "mb_per_s", 1),
+                   ("msg/s", "messages_per_s", 0), ("written to", "partitions_touched", 0),
+                   ("RSS before MB", "rss_before_mb", 0),
+                   ("peak RSS MB", "broker_peak_rss_mb", 0),
+                   ("broker CPU s/GB", "broker_cpu_s_per_gb", 2), ("limit", "limit", 0)],
+    "rebalance": [("runs", "runs", 0), ("join s med", "rebalance_s_median", 2),
+                  ("max", "rebalance_s_max", 2),
+                  ("new assigned s", "new_member_assigned_s_median", 2),
+                  ("leave s med", "leave_s_median", 2), ("max", "leave_s_max", 2)],
+}
+
+
+def render(document: dict[str, Any]) -> str:
+    """The whole run as text: one table per workload, then the targets."""
+    lines: list[str] = []
+    machine = document.get("machine", {})
+    broker = document.get("broker", {})
+    lines.append(f"weirmq bench on {machine.get('cpu_count')} cores ({machine.get('cpu_model')}),"
+                 f" {machine.get('memory_gib')} GiB, Python {machine.get('python')}; broker: "
+                 f"{broker.get('description', '?')}")
+    for name, workload in document.get("workloads", {}).items():
+        lines += ["", f"{name}: {workload.get('description', '')}"]
+        columns = COLUMNS.get(name, [])
+        rows, notes = [], []
+        for case in workload.get("cases", []):
+            if "error" in case:
+                notes.append(f"  {case['name']}: FAILED: {case['error']}")
+            elif "skipped" in case:
+                notes.append(f"  {case['name']}: skipped: {case['skipped']}")
+            else:
+                rows.append([case["name"], *(_fmt(case.get(k), d) for _, k, d in columns)])
+        if rows:
+            lines += table(["case", *(h for h, _, _ in columns)], rows)
+        lines += notes
+    lines += ["", "targets:"]
+    rows = [[t["target"], t["goal"], _fmt(t["measured"], 2), _verdict(t)]
+            for t in document.get("targets", [])]
+    lines += table(["target", "goal", "measured", ""], rows)
+    return "\n".join(lines)
+
+
+def _verdict(target: dict[str, Any]) -> str:
+    if target["met"] is not None:
+        return "met" if target["met"] else "MISSED"
+    return "not measured" if target["measured"] is None else ""
+
+
+# --- Plot ----------------------------------------------------------------------------------
+
+
+def plot(document: dict[str, Any], path: Path) -> None:
+    """A PNG with one panel per workload that has figures to draw.
+
+    matplotlib is an optional dependency (``pip install weirmq[bench]``), imported only
+    here, with the non-interactive Agg backend so no display is needed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, 3, figsize=(18, 10))
+    panels = [_plot_produce, _plot_consume, _plot_latency, _plot_partitions, _plot_rebalance,
+              _plot_summary]
+    for panel, ax in zip(panels, axes.flat, strict=True):
+        panel(document, ax)
+    machine = document.get("machine", {})
+    figure.suptitle(f"weirmq bench, {document.get('started', '')}: "
+                    f"{document.get('broker', {}).get('description', '')}; "
+                    f"{machine.get('cpu_count')} cores, Python {machine.get('python')}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def _measured(document: dict[str, Any], workload: str) -> list[Case]:
+    return [c for c in cases(document, workload) if "error" not in c and "skipped" not in c]
+
+
+def _empty(ax: Any, title: str) -> None:
+    ax.set_title(title)
+    ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def _bars(ax: Any, labels: list[str], values: list[float], title: str, ylabel: str) -> None:
+    ax.bar(range(len(values)), values, color="tab:blue")
+    ax.set_xticks(range(len(values)), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:,.0f}", (i, v), ha="center", va="bottom", fontsize=7)
+
+
+def _plot_produce(document: dict[str, Any], ax: Any) -> None:
+    rows = _measured(document, "produce")
+    if not rows:
+        return _empty(ax, "produce")
+    _bars(ax, [c["name"] for c in rows], [c["mb_per_s"] for c in rows],
+          "produce throughput", "MB/s")
+
+
+def _plot_consume(document: dict[str, Any], ax: Any) -> None:
+    rows = _measured(document, "consume")
+    if not rows:
+        return _empty(ax, "consume (catch-up)")
+    _bars(ax, [c["name"] for c in rows], [c["mb_per_s"] for c in rows],
+          "consume (catch-up) throughput", "MB/s")
+
+
+def _plot_latency(document: dict[str, Any], ax: Any) -> None:
+    rows = _measured(document, "latency")
+    if not rows:
+        return _empty(ax, "end-to-end latency")
+    keys = [("p50", "p50_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms"), ("max", "max_ms")]
+    width = 0.8 / len(rows)
+    for i, case in enumerate(rows):
+        xs = [k + i * width for k in range(len(keys))]
+        ax.bar(xs, [case[key] for _, key in keys], width, label=case["name"])
+    ax.set_xticks([k + width * (len(rows) - 1) / 2 for k in range(len(keys))],
+                  [label for label, _ in keys])
+    ax.set_yscale("log")
+    ax.set_ylabel("ms (log)")
+    ax.set_title("end-to-end latency, 1 KB, acks=1")
+    ax.legend(fontsize=8)
+
+
+def _plot_partitions(document: dict[str, Any], ax: Any) -> None:
+    rows = _measured(document, "partitions")
+    if not rows:
+        return _empty(ax, "partition scaling")
+    rss_axis = ax.twinx()
+    for mode, style in (("default", "-"), ("round-robin", "--")):
+        these = sorted((c for c in rows if c.get("mode") == mode), key=lambda c: c["partitions"])
+        if not these:
+            continue
+        counts = [c["partitions"] for c in these]
+        ax.plot(counts, [c["mb_per_s"] for c in these], "o" + style, color="tab:blue",
+                label=f"MB/s ({mode})")
+        rss = [c.get("broker_peak_rss_mb") for c in these]
+        if all(v is not None for v in rss):
+            rss_axis.plot(counts, rss, "s" + style, color="tab:red", label=f"RSS MB ({mode})")
+    ax.set_xscale("log")
+    ax.set_xlabel("partitions")
+    ax.set_ylabel("MB/s", color="tab:blue")
+    rss_axis.set_ylabel("broker peak RSS, MB", color="tab:red")
+    rss_axis.set_ylim(bottom=0)
+    ax.set_ylim(bottom=0)
+    ax.set_title("partition scaling, 1 KB")
+    handles = ax.get_legend_handles_labels()
+    more = rss_axis.get_legend_handles_labels()
+    ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=8, loc="lower left")
+
+
+def _plot_rebalance(document: dict[str, Any], ax: Any) -> None:
+    rows = _measured(document, "rebalance")
+    if not rows:
+        return _empty(ax, "consumer-group rebalance")
+    names = [c["name"] for c in rows]
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [c["rebalance_s_median"] for c in rows], 0.4, label="join")
+    ax.bar([x + 0.2 for x in xs], [c["leave_s_median"] for c in rows], 0.4, label="leave")
+    ax.set_xticks(list(xs), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("s (median)")
+    ax.set_title("consumer-group rebalance, 3 -> 4 -> 3 members")
+    ax.legend(fontsize=8)
+
+
+def _plot_summary(document: dict[str, Any], ax: Any) -> None:
+    ax.set_axis_off()
+    ax.set_title("targets")
+    lines = []
+    for t in document.get("targets", []):
+        mark = _verdict(t) or "-"
+        lines.append(f"{mark:>6}  {_fmt(t['measured'], 2):>8}  {t['goal']:<9} {t['target']}")
+    ax.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=7,
+            transform=ax.transAxes, wrap=True)

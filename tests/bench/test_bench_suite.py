@@ -1,0 +1,115 @@
+"""`weirmq bench` end to end: a --quick run completes and writes valid JSON and a PNG.
+
+As the issue asks, nothing here asserts a timing: only that every workload ran, that every
+case has its figures, and that the outputs are well formed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from weirmq.testing import Broker
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+WORKLOADS = ["startup", "idle", "produce", "consume", "latency", "partitions", "rebalance"]
+
+
+def bench(*args: str, cwd: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "weirmq", "bench", *args], cwd=cwd, capture_output=True,
+        text=True, timeout=timeout_s,
+        env={k: v for k, v in os.environ.items() if not k.startswith("WEIRMQ_")},
+    )
+
+
+def measured(document: dict[str, Any], workload: str) -> list[dict[str, Any]]:
+    cases = document["workloads"][workload]["cases"]
+    assert cases, workload
+    for case in cases:
+        assert "error" not in case, case
+    return list(cases)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    done = bench("--quick", "--json", str(out), "--plot", str(png), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert list(document["workloads"]) == WORKLOADS
+    assert png.read_bytes().startswith(PNG_SIGNATURE)
+    assert document["quick"] is True and document["broker"]["kind"] == "own"
+
+    for case in measured(document, "produce") + measured(document, "partitions"):
+        assert case["messages"] > 0
+        for key in ("mb_per_s", "broker_cpu_s_per_gb", "broker_peak_rss_mb"):
+            assert is_number(case[key]) and case[key] > 0, (case["name"], key)
+        assert case["limit"]
+    [consume] = measured(document, "consume")
+    assert consume["messages_per_s"] > 0 and consume["broker_cpu_s_per_gb"] > 0
+    [latency] = measured(document, "latency")
+    assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["p999_ms"] <= latency["max_ms"]
+    assert latency["measured"] > 0
+    [startup] = measured(document, "startup")
+    assert 0 < startup["announced_ms"] <= startup["first_metadata_ms"]
+    [idle] = measured(document, "idle")
+    assert idle["cpu_percent"] >= 0 and idle["rss_mb"] > 0
+    [rebalance] = measured(document, "rebalance")
+    assert rebalance["runs"] == 1
+    # The group settles only after the new member has its partitions and consumes them.
+    assert (0 < rebalance["new_member_assigned_s_median"]
+            <= rebalance["new_member_consuming_s_median"] <= rebalance["rebalance_s_median"])
+    # Every target has its figure in a quick run except the 10,000-partition case.
+    missing = [t["target"] for t in document["targets"] if t["measured"] is None]
+    assert missing == ["10,000 partitions work (produce delivered, MB/s)"]
+    assert "targets:" in done.stdout and "1 KB acks=all x1" in done.stdout
+
+    # A saved run renders again, without running anything.
+    again = bench("--from", str(out), "--plot", str(tmp_path / "again.png"), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == done.stdout
+    assert (tmp_path / "again.png").read_bytes().startswith(PNG_SIGNATURE)
+    # Our brokers' temporary directories are gone.
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("weirmq-bench-")] == []
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_an_external_broker_is_measured_the_same_way(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    with Broker() as broker:
+        bootstrap = broker.bootstrap_servers
+        done = bench("--quick", "--bootstrap", bootstrap, "--broker-pid",
+                     str(os.getpid()), "--workload", "startup", "--workload", "produce",
+                     "--json", str(out), cwd=tmp_path)
+        core = broker.broker
+        topics_left = broker.call(lambda: sorted(t.name for t in core.topics))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["broker"] == {
+        "kind": "external", "bootstrap": bootstrap, "pid": os.getpid(),
+        "description": f"external broker at {bootstrap}"}
+    assert document["workloads"]["startup"]["cases"] == []  # we cannot start it
+    for case in measured(document, "produce"):
+        assert case["messages"] > 0 and is_number(case["broker_cpu_s_per_gb"])
+    # Each case's topic was deleted afterwards.
+    assert [t for t in topics_left if t.startswith("bench-")] == []
+
+
+def test_usage_errors_are_caught_before_a_run(tmp_path: Path) -> None:
+    done = bench("--broker-pid", "1", cwd=tmp_path, timeout_s=60)
+    assert done.returncode == 2 and "--broker-pid goes with --bootstrap" in done.stderr
+    done = bench("--workload", "nonsense", cwd=tmp_path, timeout_s=60)
+    assert done.returncode == 2 and "nonsense" in done.stderr
