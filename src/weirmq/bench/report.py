@@ -240,6 +240,8 @@ def _plot_consume(document: dict[str, Any], ax: Any) -> None:
 
 
 def _plot_latency(document: dict[str, Any], ax: Any) -> None:
+    import matplotlib.ticker
+
     rows = _measured(document, "latency")
     if not rows:
         return _empty(ax, "end-to-end latency")
@@ -251,6 +253,9 @@ def _plot_latency(document: dict[str, Any], ax: Any) -> None:
     ax.set_xticks([k + width * (len(rows) - 1) / 2 for k in range(len(keys))],
                   [label for label, _ in keys])
     ax.set_yscale("log")
+    # Plain numbers on the log axis (1, 2, 5, 10 ms), not powers of ten.
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylabel("ms (log)")
     ax.set_title("end-to-end latency, 1 KB, acks=1")
     ax.legend(fontsize=8)
