@@ -714,6 +714,25 @@ def test_produce_acks_all_answers_once_the_batch_is_durable(open_client: OpenCli
     assert partition_log.flushed_offset >= 4
 
 
+@pytest.mark.parametrize("partitions", [1, 3])  # one partition is awaited, several gathered
+def test_produce_acks_all_answers_storage_error_when_the_fsync_fails(
+    open_client: OpenClient, monkeypatch: pytest.MonkeyPatch, partitions: int
+) -> None:
+    client = open_client(**QUIET)
+    client.broker.create_topic("t", partitions)
+    request = produce_request([("t", p, make_batch(2)) for p in range(partitions)], acks=-1)
+
+    def failing_fsync(path: str) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("weirmq.storage.log._fsync_path", failing_fsync)
+    outcome = client.send(PRODUCE, request)
+    answers = produce_results(decode_reply(PRODUCE, LATEST[PRODUCE], resolve(outcome)))
+    assert [(a.error_code, a.base_offset) for a in answers] == [
+        (ErrorCode.kafka_storage_error, -1)
+    ] * partitions
+
+
 def test_produce_acks_0_is_not_answered_but_appended(client: Client) -> None:
     request = produce_request([("t", 0, make_batch(3))], acks=0)
     assert client.send(PRODUCE, request) is None

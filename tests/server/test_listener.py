@@ -194,3 +194,55 @@ def test_a_waiting_fetch_is_woken_by_a_produce(tmp_path: Path) -> None:
             writer.close()
 
     run(scenario)
+
+
+def produce_request(correlation_id: int, topic: str, records: bytes) -> bytes:
+    cls = load_request_schema(0, 9)
+    module = __import__(cls.__module__, fromlist=["TopicProduceData"])
+    body = cls(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            module.TopicProduceData(
+                name=topic,
+                partition_data=(module.PartitionProduceData(index=0, records=records),),
+            ),
+        ),
+    )
+    return request_frame(0, 9, correlation_id, body)
+
+
+def test_large_produce_requests_trickling_in_or_pipelined_are_answered(tmp_path: Path) -> None:
+    """Large frames arrive under a receive low-water mark (SO_RCVLOWAT) and into a reused
+    buffer: neither may stall a frame that comes slowly, nor mix up frames sent at once."""
+    from weirmq.testing.records import make_batch, read_all
+
+    async def scenario() -> None:
+        async with running(tmp_path, message_max_bytes=4 << 20) as (broker, port):
+            broker.create_topic("big", 1)
+            batches = [
+                make_batch(1500, size=1000, tag=b"a"),  # ~1.5 MB: over the highest mark
+                make_batch(300, size=1000, tag=b"b"),
+                make_batch(700, size=1000, tag=b"c"),
+            ]
+            frames = [produce_request(i, "big", b) for i, b in enumerate(batches)]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(frames[1] + frames[2])  # two at once
+            # Then the largest, slowly and last: nothing after it could wake the reader
+            # if the mark stayed above the bytes the frame still lacks.
+            for start in range(0, len(frames[0]), 100_000):
+                writer.write(frames[0][start : start + 100_000])
+                await writer.drain()
+                await asyncio.sleep(0.01)
+            got = [await asyncio.wait_for(read_response(reader), 10) for _ in frames]
+            assert [correlation_id for correlation_id, _ in got] == [1, 2, 0]
+            for _, body in got:
+                response, _ = entity_reader(load_response_schema(0, 9))(body[1:], 0)
+                partition = response.responses[0].partition_responses[0]
+                assert partition.error_code == 0
+            stored = read_all(broker.partition_log("big", 0))  # type: ignore[arg-type]
+            assert [b[16:] for b in stored] == [b[16:] for b in batches[1:] + batches[:1]]
+            writer.close()
+
+    run(scenario)

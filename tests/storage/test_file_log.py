@@ -128,23 +128,67 @@ def test_disk_full_writes_nothing_and_the_log_carries_on(
 ) -> None:
     log = _open(tmp_path / "t-0", handles, clock)
     log.append(make_batch(2))
-    real_pwrite = os.pwrite
+    real_pwritev = os.pwritev
 
-    def half_then_enospc(fd: int, data: memoryview, position: int) -> int:
+    def half_then_enospc(fd: int, buffers: list[bytes | memoryview], position: int) -> int:
+        data = b"".join(buffers)
         if len(data) > 50:
-            real_pwrite(fd, data[:50], position)  # a partial write reaches the file...
+            os.pwrite(fd, data[:50], position)  # a partial write reaches the file...
             return 50
         raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
 
-    monkeypatch.setattr(os, "pwrite", half_then_enospc)
+    monkeypatch.setattr(os, "pwritev", half_then_enospc)
     with pytest.raises(DiskFullError) as info:
         log.append(make_batch(3))
     assert info.value.code == ErrorCode.kafka_storage_error
-    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    monkeypatch.setattr(os, "pwritev", real_pwritev)
     assert log.log_end_offset == 2
     assert os.path.getsize(log.segments[-1].log_path) == log.segments[-1].size
     assert log.append(make_batch(1)).base_offset == 2
     assert len(read_all(log)) == 2
+
+
+def test_short_writes_are_continued_where_they_stopped(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pwritev may stop anywhere, even inside one of the buffers it was given.
+    real_pwritev = os.pwritev
+
+    def seven_bytes_at_most(fd: int, buffers: list[bytes | memoryview], position: int) -> int:
+        return os.pwrite(fd, b"".join(buffers)[:7], position)
+
+    log = _open(tmp_path / "t-0", handles, clock)
+    monkeypatch.setattr(os, "pwritev", seven_bytes_at_most)
+    batches = [make_batch(2, tag=b"a"), make_batch(3, tag=b"b") + make_batch(1, tag=b"c")]
+    for record_set in batches:
+        log.append(record_set)
+    monkeypatch.setattr(os, "pwritev", real_pwritev)
+    stored = read_all(log)
+    assert [parse_header(b).base_offset for b in stored] == [0, 2, 5]
+    assert [b[16:] for b in stored] == [make_batch(2, tag=b"a")[16:], *_tails(batches[1])]
+    assert os.path.getsize(log.segments[-1].log_path) == log.segments[-1].size
+
+
+def test_an_append_of_more_batches_than_one_pwritev_takes(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock
+) -> None:
+    # Two buffers per batch: 700 batches need 1400, over the 1024 one pwritev call takes.
+    record_set = b"".join(make_batch(1, size=1, tag=b"%d" % i) for i in range(700))
+    log = FileLog(tmp_path / "t-0", LogConfig(), handles=handles, clock=clock)
+    log.append(record_set)
+    stored = read_all(log)
+    assert [parse_header(b).base_offset for b in stored] == list(range(700))
+    assert [b[16:] for b in stored] == _tails(record_set)
+
+
+def _tails(record_set: bytes) -> list[bytes]:
+    """Each batch of `record_set` after its first 16 bytes (what an append leaves alone)."""
+    out, position = [], 0
+    while position < len(record_set):
+        size = parse_header(record_set, position).size
+        out.append(record_set[position + 16 : position + size])
+        position += size
+    return out
 
 
 def test_ten_thousand_partitions_stay_within_the_descriptor_bound(

@@ -8,8 +8,11 @@ import time
 from concurrent.futures import wait
 from pathlib import Path
 
+import pytest
+
 from weirmq.storage.checkpoint import read_offsets, write_offsets
 from weirmq.storage.config import LogConfig
+from weirmq.storage.errors import StorageError
 from weirmq.storage.manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_FILE,
@@ -31,6 +34,49 @@ def test_sync_resolves_once_durable(tmp_path: Path, clock: ManualClock) -> None:
     assert manager.sync(log).result(timeout=10) == 3
     assert log.flushed_offset == 3
     assert manager.sync(log).done()  # nothing new to flush: answered at once
+    manager.close()
+
+
+def test_when_durable_calls_back_from_the_flusher_thread(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    log = manager.create("orders", 0)
+    log.append(make_batch(3))
+    called: list[tuple[int | BaseException, str]] = []
+    done = threading.Event()
+
+    def waiter(result: int | BaseException) -> None:
+        called.append((result, threading.current_thread().name))
+        done.set()
+
+    manager.when_durable(log, 3, waiter)
+    assert done.wait(10)
+    assert called == [(3, "weirmq-flusher")]
+    manager.when_durable(log, 3, waiter)  # already durable: answered at once, right here
+    assert called[-1] == (3, threading.current_thread().name)
+    manager.close()
+    log.append(make_batch(1))
+    manager.when_durable(log, 4, waiter)  # nothing will flush it any more
+    result, _thread = called[-1]
+    assert isinstance(result, StorageError) and "closed" in str(result)
+
+
+def test_a_failed_fsync_is_given_to_every_waiter(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    log = manager.create("orders", 0)
+    log.append(make_batch(3))
+
+    def failing_fsync(path: str) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("weirmq.storage.log._fsync_path", failing_fsync)
+    futures = [manager.sync(log, 1), manager.sync(log, 3)]
+    for future in futures:
+        assert isinstance(future.exception(timeout=10), StorageError)
+    assert log.offline_reason is not None and "fsync failed" in log.offline_reason
     manager.close()
 
 

@@ -28,7 +28,9 @@ from kio.static.primitive import i16, i32
 from weirmq.wire import messages
 from weirmq.wire.errors import ErrorCode
 from weirmq.wire.framing import (
+    BIG_INITIAL_BYTES,
     SCRATCH_BYTES,
+    SPARE_BYTES_MAX,
     FrameError,
     FrameReader,
     HeaderError,
@@ -185,6 +187,89 @@ def test_large_frame_is_filled_in_place() -> None:
     # Back to the scratch buffer for what follows.
     assert len(reader.get_buffer(-1)) == SCRATCH_BYTES
     assert _feed(reader, _frame(b"next")) == [b"next"]
+
+
+def _feed_and_forget(reader: FrameReader, data: bytes, chunk: int) -> list[bytes]:
+    """Like `_feed`, but each frame is copied and its view dropped at once, as the server
+    does once a request is handled: the reader may then reuse a large frame's buffer."""
+    out: list[bytes] = []
+    position = 0
+    while position < len(data):
+        view = reader.get_buffer(-1)
+        n = min(len(view), chunk, len(data) - position)
+        view[:n] = data[position : position + n]
+        del view
+        position += n
+        out.extend(bytes(frame) for frame in reader.buffer_updated(n))
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(
+        st.one_of(st.integers(1, 100), st.integers(SCRATCH_BYTES, 3 * BIG_INITIAL_BYTES)),
+        min_size=1,
+        max_size=8,
+    ),
+    chunk=st.integers(1000, 2 * BIG_INITIAL_BYTES),
+    seed=st.integers(0, 2**32),
+)
+def test_frames_come_out_whole_when_large_buffers_are_reused(
+    sizes: list[int], chunk: int, seed: int
+) -> None:
+    bodies = [_body(size, seed + i) for i, size in enumerate(sizes)]
+    reader = FrameReader(MAX_FRAME_BYTES)
+    assert _feed_and_forget(reader, b"".join(_frame(b) for b in bodies), chunk) == bodies
+    assert reader.buffered_bytes == 0
+
+
+def test_a_released_large_frame_buffer_is_reused_for_the_next() -> None:
+    reader = FrameReader(MAX_FRAME_BYTES)
+    first = b"\xaa" * (2 * BIG_INITIAL_BYTES)
+    assert _feed_and_forget(reader, _frame(first), len(first)) == [first]
+    second = _frame(_body(BIG_INITIAL_BYTES, 1))
+    _feed_and_forget(reader, second[: 2 * SCRATCH_BYTES], 2 * SCRATCH_BYTES)
+    view = reader.get_buffer(-1)
+    # Exactly the rest of this frame, in memory that still holds the first frame's bytes
+    # (a new buffer would be zeroed): no allocation, no zero-filling.
+    assert len(view) == len(second) - 2 * SCRATCH_BYTES
+    assert bytes(view[-10:]) == b"\xaa" * 10
+
+
+def test_a_large_frame_still_referenced_is_never_overwritten() -> None:
+    reader = FrameReader(MAX_FRAME_BYTES)
+    first_body = _body(2 * BIG_INITIAL_BYTES, 2)
+    (first,) = _feed(reader, _frame(first_body))
+    (second,) = _feed(reader, _frame(_body(2 * BIG_INITIAL_BYTES, 3)))
+    assert isinstance(first, memoryview) and isinstance(second, memoryview)
+    assert second.obj is not first.obj
+    assert bytes(first) == first_body
+    part = first[100:200]  # a view of a view still holds the memory
+    del first
+    assert len(_feed(reader, _frame(_body(BIG_INITIAL_BYTES, 4)))) == 1
+    assert bytes(part) == first_body[100:200]
+
+
+def test_buffers_beyond_the_spare_bound_are_not_kept() -> None:
+    reader = FrameReader(4 * SPARE_BYTES_MAX)
+    body = b"\xbb" * (SPARE_BYTES_MAX + 1)
+    assert _feed_and_forget(reader, _frame(body), len(body)) == [body]
+    second = _frame(_body(BIG_INITIAL_BYTES, 5))
+    _feed_and_forget(reader, second[:100_000], 100_000)
+    assert bytes(reader.get_buffer(-1)[-10:]) == bytes(10)  # a new, zeroed buffer
+
+
+def test_missing_bytes_counts_down_a_large_frame() -> None:
+    reader = FrameReader(MAX_FRAME_BYTES)
+    body = _body(3 * SCRATCH_BYTES, 6)
+    data = _frame(body)
+    assert reader.missing_bytes == 0
+    _feed(reader, data[:1000])
+    assert reader.missing_bytes == len(body) - 996
+    _feed(reader, data[1000:50_000])
+    assert reader.missing_bytes == len(data) - 50_000
+    assert _feed(reader, data[50_000:]) == [body]
+    assert reader.missing_bytes == 0
 
 
 def test_frame_that_just_fits_the_scratch_buffer_is_returned_as_bytes() -> None:

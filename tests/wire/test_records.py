@@ -33,9 +33,8 @@ from weirmq.wire.records import (
     check_batch,
     encode_batch,
     parse_header,
-    patch_header,
     record_timestamps,
-    set_log_append_time,
+    stamped_header,
     validate_batches,
 )
 
@@ -116,23 +115,47 @@ def test_kio_written_batch_validates_and_parses() -> None:
     ]
 
 
-def test_patching_offset_and_epoch_keeps_the_crc_valid() -> None:
-    data = bytearray(encode_batch([Record(b"x"), Record(b"y")]))
-    patch_header(data, parse_header(data), 123456789, 9)
+def _stamped(
+    record_set: bytes, position: int, offset: int, epoch: int, append_time: int | None = None
+) -> bytes:
+    """The batch at `position` as stored: its stamped header, then its own bytes after it."""
+    header = parse_header(record_set, position)
+    head = stamped_header(record_set, header, offset, epoch, append_time)
+    return head + record_set[position + len(head) : position + header.size]
+
+
+def test_stamping_offset_and_epoch_keeps_the_crc_valid() -> None:
+    original = encode_batch([Record(b"x"), Record(b"y")])
+    head = stamped_header(original, parse_header(original), 123456789, 9)
+    assert len(head) == 16  # baseOffset, batchLength, leader epoch: the records are not copied
+    data = _stamped(original, 0, 123456789, 9)
+    assert data[16:] == original[16:]
     header = check_batch(data, 0, len(data))
     assert not isinstance(header, str)
     assert (header.base_offset, header.partition_leader_epoch) == (123456789, 9)
-    batch, _ = read_batch(bytes(data), 0)
+    batch, _ = read_batch(data, 0)
     assert [r.offset for r in batch.records] == [123456789, 123456790]
 
 
+def test_stamping_a_batch_in_the_middle_of_a_record_set() -> None:
+    first = encode_batch([Record(b"a")])
+    second = encode_batch([Record(b"b"), Record(b"c")], base_offset=77)
+    data = _stamped(first + second, len(first), 5, 2)
+    assert data[16:] == second[16:]
+    header = check_batch(data, 0, len(data))
+    assert not isinstance(header, str)
+    assert (header.base_offset, header.partition_leader_epoch) == (5, 2)
+
+
 def test_log_append_time_rewrites_max_timestamp_and_crc() -> None:
-    data = bytearray(encode_batch([Record(b"x", timestamp_ms=5), Record(b"y", timestamp_ms=9)]))
-    set_log_append_time(data, parse_header(data), 777_000)
+    original = encode_batch([Record(b"x", timestamp_ms=5), Record(b"y", timestamp_ms=9)])
+    data = _stamped(original, 0, 42, 0, 777_000)
+    assert data[HEADER_BYTES:] == original[HEADER_BYTES:]  # only the header is rebuilt
     header = check_batch(data, 0, len(data))
     assert not isinstance(header, str)
     assert header.is_log_append_time and header.max_timestamp == 777_000
-    assert list(record_timestamps(bytes(data))) == [(0, 777_000), (1, 777_000)]
+    assert header.base_offset == 42
+    assert list(record_timestamps(data)) == [(42, 777_000), (43, 777_000)]
 
 
 def test_several_batches_in_one_record_set() -> None:

@@ -2,7 +2,8 @@
 
 One `Broker` owns one data directory. Everything here runs on the event loop's thread
 except fsyncs, which the storage layer's group committer runs on its own thread; the
-loop awaits them through `asyncio.wrap_future`, so a slow disk never stalls the loop.
+loop awaits an asyncio future that the committer's callback settles through
+`call_soon_threadsafe` (`durable`), so a slow disk never stalls the loop.
 
 Writers and readers of a partition meet in two places:
 
@@ -20,6 +21,7 @@ are looked at, and retention bounds how much there is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -376,10 +378,20 @@ class Broker:
     # --- durability ---------------------------------------------------------------------
 
     async def durable(self, partition_log: FileLog, offset: int) -> None:
-        """Return once `partition_log` is fsynced below `offset` (group commit)."""
+        """Return once `partition_log` is fsynced below `offset` (group commit); raises
+        what failed the fsync."""
         if partition_log.flushed_offset >= offset:
             return
-        await asyncio.wrap_future(self.logs.sync(partition_log, offset))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
+
+        def on_flusher_thread(result: int | BaseException) -> None:
+            # RuntimeError: the loop is closed, so nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, result)
+
+        self.logs.when_durable(partition_log, offset, on_flusher_thread)
+        await future
 
     # --- producer state -----------------------------------------------------------------
 
@@ -433,6 +445,15 @@ class Broker:
         self.wake_all()
         self.logs.close()
         self._save_producer_snapshots()
+
+
+def _settle(future: asyncio.Future[int], result: int | BaseException) -> None:
+    if future.done():  # the waiting request was cancelled (its connection closed)
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
 
 
 def coordinator_settings(settings: Settings) -> CoordinatorSettings:

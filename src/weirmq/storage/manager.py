@@ -34,7 +34,7 @@ from pathlib import Path
 
 from .checkpoint import TopicPartition, fsync_directory, read_offsets, write_offsets
 from .config import LogConfig
-from .flusher import GroupCommitter
+from .flusher import GroupCommitter, Waiter
 from .handles import HandleCache
 from .interface import Clock
 from .log import FileLog
@@ -165,6 +165,10 @@ class LogManager:
         """Group commit: a future resolved once `log_` is durable up to `offset` (default:
         everything appended so far)."""
         return self.committer.request(log_, log_.log_end_offset if offset is None else offset)
+
+    def when_durable(self, log_: FileLog, offset: int, waiter: Waiter) -> None:
+        """Group commit, answered by a callback (see `flusher.GroupCommitter.when_durable`)."""
+        self.committer.when_durable(log_, offset, waiter)
 
     def _periodic_flush(self) -> None:
         try:

@@ -98,16 +98,15 @@ class MemoryLog:
         if should_roll(
             self._segments[-1],
             self.config,
-            add_bytes=len(prepared.data),
+            add_bytes=prepared.size,
             last_offset=prepared.last_offset,
             now_ms=now,
         ):
             self._roll()
         segment = self._segments[-1]
-        for b in prepared.batches:
-            data = bytes(prepared.data[b.position : b.position + b.size])
+        for b, data in zip(prepared.batches, prepared.batch_bytes(), strict=True):
             segment.batches.append(_Batch(b.base_offset, b.last_offset, data, b.max_timestamp))
-        segment.size += len(prepared.data)
+        segment.size += prepared.size
         return AppendInfo(
             prepared.base_offset, prepared.last_offset, prepared.log_append_time_ms, self._log_start
         )

@@ -23,6 +23,7 @@ log decides whether that is a torn tail to cut off or corruption to stop for.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -47,6 +48,7 @@ from .interface import TimestampOffset
 from .policy import RELATIVE_OFFSET_MAX
 
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+_IOV_MAX = 1024  # Linux's limit on buffers per pwritev (sysconf SC_IOV_MAX)
 
 
 class CorruptDataError(StorageError):
@@ -115,12 +117,15 @@ class Segment:
     def create_file(self) -> None:
         self._handles.get(self.log_path)
 
-    def append(self, data: bytes | bytearray | memoryview, batches: Sequence[StoredBatch]) -> None:
-        """Write prepared batches at the end; on failure the file is cut back, then raises."""
+    def append(
+        self, parts: Sequence[bytes | memoryview], size: int, batches: Sequence[StoredBatch]
+    ) -> None:
+        """Write prepared batches (`parts`, `size` bytes in all) at the end; on failure the
+        file is cut back, then raises."""
         fd = self._handles.get(self.log_path)
         start = self.size
         try:
-            _write_all(fd, data, start)
+            _write_all(fd, parts, start)
         except OSError:
             # If even this fails, the size we track stays at `start`: the garbage is never read.
             with contextlib.suppress(OSError):
@@ -134,7 +139,7 @@ class Segment:
                 batch.size,
                 batch.max_timestamp,
             )
-        self.size = start + len(data)
+        self.size = start + size
 
     def _track(self, position: int, base: int, last: int, size: int, max_ts: int) -> None:
         """Index bookkeeping for one batch now at `position`."""
@@ -431,12 +436,23 @@ class _Validation:
 # --- file helpers ---------------------------------------------------------------------
 
 
-def _write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
+def _write_all(fd: int, parts: Sequence[bytes | memoryview], position: int) -> None:
+    """Write `parts` one after the other from `position`, gathered by `pwritev` (at most
+    `_IOV_MAX` buffers a call), so the producer's bytes are never copied into one buffer."""
+    pending = [part for part in parts if len(part)]  # so every call has bytes to write
+    while pending:
+        chunk = pending[:_IOV_MAX]
+        written = os.pwritev(fd, chunk, position)
+        if written <= 0:  # a regular file never does this; do not spin if one does
+            raise OSError(errno.EIO, f"pwritev wrote {written} bytes")
         position += written
+        done = 0
+        while done < len(chunk) and written >= len(chunk[done]):
+            written -= len(chunk[done])
+            done += 1
+        if written:  # a short write ended inside this part
+            pending[done] = memoryview(pending[done])[written:]
+        del pending[:done]
 
 
 def _pread(fd: int, size: int, position: int, path: str) -> bytes:

@@ -1,4 +1,4 @@
-"""Hand-written encoders for the two hot responses: Produce and Fetch.
+"""Hand-written codecs for the hot path: the Produce request, the Produce and Fetch responses.
 
 `messages.build_response` + `messages.encode` can answer any version of any API, but it
 builds a tree of kio dataclasses and writes it field by field through kio's Python writer:
@@ -39,18 +39,40 @@ be written in order: the records objects themselves sit in the list, uncopied, b
 the bytes of the fields around them. Records up to `INLINE_RECORDS_BYTES_MAX` are copied
 into the surrounding bytes instead: copying a few hundred bytes is cheaper than one more
 buffer for the transport to gather.
+
+A ProduceRequest carries the same megabytes the other way. `decode_produce_request` reads
+it in one pass and returns each partition's records as a read-only view of the request
+frame, where kio's reader would first walk the body for `bounds.check_bounds` and then copy
+the records into a new `bytes`. Measured on 1 MB requests of 1 KB records: ~100 us of the
+~1 ms the broker spends on one request in-process, about half of it the copy. It checks
+what the two of them check: every length against the bytes left, UTF-8 strings, tagged
+fields that fit; a null array (which kio let through as None) is malformed as well. Tagged
+fields are skipped, as Kafka skips the ones it does not know (ProduceRequest defines none
+up to v12); kio refused them.
+
+    ProduceRequest   transactional_id:nullable string acks:i16 timeout_ms:i32
+                     [topic: name [partition: index:i32 records:nullable bytes (tags)]
+                     (tags)] (tags)
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
+
+from .framing import HeaderError, read_uvarint
+from .messages import DecodeError
 
 __all__ = [
     "FETCH_VERSIONS",
     "INLINE_RECORDS_BYTES_MAX",
     "PRODUCE_VERSIONS",
+    "PartitionProduceData",
+    "ProduceRequest",
+    "TopicProduceData",
+    "decode_produce_request",
     "encode_fetch_response",
     "encode_produce_response",
 ]
@@ -127,6 +149,136 @@ def _compact_string(value: str) -> bytes:
 
 def _compact_nullable_string(value: str | None) -> bytes:
     return _NULL_COMPACT if value is None else _compact_string(value)
+
+
+# --- Produce request -------------------------------------------------------------------
+
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_I32_I32 = struct.Struct(">ii")  # a partition's index and, in legacy versions, records length
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProduceData:
+    index: int
+    records: memoryview | None
+    """A read-only view of the request frame: valid while the frame is."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicProduceData:
+    name: str
+    partition_data: tuple[PartitionProduceData, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """A ProduceRequest of any version in `PRODUCE_VERSIONS`, with kio's field names."""
+
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: tuple[TopicProduceData, ...]
+
+
+def decode_produce_request(version: int, frame: bytes | memoryview, offset: int) -> ProduceRequest:
+    """The ProduceRequest body of `frame` from `offset` (bytes after it are ignored, as
+    `messages.decode_request` ignores them). Raises `DecodeError` if it is malformed."""
+    if version not in PRODUCE_VERSIONS:
+        raise ValueError(f"no fast ProduceRequest decoder for v{version}")
+    reader = _Reader(memoryview(frame).toreadonly(), offset)
+    try:
+        if version >= _PRODUCE_FIRST_FLEXIBLE:
+            return _produce_request_flexible(reader)
+        return _produce_request_legacy(reader)
+    except (struct.error, UnicodeDecodeError, HeaderError) as exc:
+        raise DecodeError(f"malformed ProduceRequest v{version}: {exc}") from exc
+
+
+class _Reader:
+    """A position in a read-only buffer; every method checks the bytes it needs are there."""
+
+    __slots__ = ("buf", "end", "pos")
+
+    def __init__(self, buf: memoryview, pos: int) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.end = len(buf)
+
+    def take(self, size: int) -> memoryview:
+        start, stop = self.pos, self.pos + size
+        if size < 0 or stop > self.end:
+            raise DecodeError(f"{size} bytes claimed at {start}, only {self.end - start} left")
+        self.pos = stop
+        return self.buf[start:stop]
+
+    def count(self, count: int) -> int:
+        """An array's element count: never null here, and every element takes a byte."""
+        if count < 0 or count > self.end - self.pos:
+            raise DecodeError(f"array of {count} elements at {self.pos}")
+        return count
+
+    def uvarint(self) -> int:
+        value, self.pos = read_uvarint(self.buf, self.pos, self.end)
+        return value
+
+    def legacy_string(self) -> str | None:
+        (size,) = _I16.unpack_from(self.buf, self.pos)
+        self.pos += 2
+        return None if size == -1 else str(self.take(size), "utf-8")
+
+    def compact_string(self) -> str | None:
+        size = self.uvarint() - 1
+        return None if size == -1 else str(self.take(size), "utf-8")
+
+    def skip_tags(self) -> None:
+        for _ in range(self.count(self.uvarint())):
+            self.uvarint()  # the tag: ProduceRequest defines none up to v12
+            self.take(self.uvarint())
+
+
+def _produce_request_legacy(r: _Reader) -> ProduceRequest:
+    transactional_id = r.legacy_string()
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(r.buf, r.pos)
+    (topics,) = _I32.unpack_from(r.buf, r.pos + 6)
+    r.pos += 10
+    topic_data = []
+    for _ in range(r.count(topics)):
+        name = r.legacy_string()
+        if name is None:
+            raise DecodeError(f"null topic name at {r.pos}")
+        (partitions,) = _I32.unpack_from(r.buf, r.pos)
+        r.pos += 4
+        partition_data = []
+        for _ in range(r.count(partitions)):
+            index, size = _I32_I32.unpack_from(r.buf, r.pos)
+            r.pos += 8
+            records = None if size == -1 else r.take(size)
+            partition_data.append(PartitionProduceData(index, records))
+        topic_data.append(TopicProduceData(name, tuple(partition_data)))
+    return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topic_data))
+
+
+def _produce_request_flexible(r: _Reader) -> ProduceRequest:
+    transactional_id = r.compact_string()
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(r.buf, r.pos)
+    r.pos += 6
+    topic_data = []
+    for _ in range(r.count(r.uvarint() - 1)):
+        name = r.compact_string()
+        if name is None:
+            raise DecodeError(f"null topic name at {r.pos}")
+        partition_data = []
+        for _ in range(r.count(r.uvarint() - 1)):
+            (index,) = _I32.unpack_from(r.buf, r.pos)
+            r.pos += 4
+            size = r.uvarint() - 1
+            records = None if size == -1 else r.take(size)
+            r.skip_tags()
+            partition_data.append(PartitionProduceData(index, records))
+        r.skip_tags()
+        topic_data.append(TopicProduceData(name, tuple(partition_data)))
+    r.skip_tags()
+    return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topic_data))
 
 
 # --- Produce ---------------------------------------------------------------------------

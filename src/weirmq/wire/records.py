@@ -20,9 +20,10 @@ A batch on the wire and on disk is::
         61     .  records (compressed as a whole when the codec is not none)
 
 The CRC deliberately leaves out baseOffset and partitionLeaderEpoch, so the broker assigns
-both by patching twelve bytes, without re-checksumming or touching the records: the hot
-path never parses a record. Only LogAppendTime topics rewrite a covered field
-(maxTimestamp), and so recompute the CRC.
+both by rewriting the first sixteen bytes, without re-checksumming or touching the records:
+the hot path never parses a record. Only LogAppendTime topics rewrite a covered field
+(maxTimestamp), and so recompute the CRC. Either way only a new header is built
+(`stamped_header`); the bytes after it are stored straight from the producer's buffer.
 
 Records are parsed only where a single record matters (the first record at or after a
 timestamp); `encode_batch` builds uncompressed batches for the broker's own writes and for
@@ -228,23 +229,34 @@ def validate_batches(
     return headers
 
 
-def patch_header(buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int) -> None:
-    """Assign the batch's base offset and leader epoch (neither is under the CRC).
+def stamped_header(
+    buf: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+) -> bytes:
+    """The first bytes of the batch at `header.position` of `buf` as the broker stores them;
+    the rest of the batch, from `header.position + len(result)`, is stored unchanged.
 
-    One pack call: batchLength, which lies between them, is rewritten with its own value.
+    Normally that is 16 bytes: the assigned baseOffset and leader epoch around the batch's
+    own batchLength, none of them under the CRC. With `log_append_time_ms` (LogAppendTime
+    topics) it is the whole 61-byte header with that time as maxTimestamp, the timestamp
+    type bit set, and the CRC recomputed over the new header fields and the unchanged
+    records after them. Building only the header is what lets an append write the
+    producer's bytes as they are, instead of copying every byte to patch a few.
     """
-    _OFFSET_LENGTH_EPOCH.pack_into(
-        buf, header.position, base_offset, header.batch_length, leader_epoch
-    )
-
-
-def set_log_append_time(buf: bytearray | memoryview, header: BatchHeader, now_ms: int) -> None:
-    """Stamp a batch with the broker's time (LogAppendTime topics), re-computing its CRC."""
     position = header.position
-    _ATTRIBUTES.pack_into(buf, position + 21, header.attributes | ATTR_LOG_APPEND_TIME)
-    _MAX_TIMESTAMP.pack_into(buf, position + 35, now_ms)
+    if log_append_time_ms is None:
+        return _OFFSET_LENGTH_EPOCH.pack(base_offset, header.batch_length, leader_epoch)
     view = memoryview(buf)
-    _CRC.pack_into(buf, position + 17, crc32c(view[position + CRC_START : position + header.size]))
+    head = bytearray(view[position : position + HEADER_BYTES])
+    _OFFSET_LENGTH_EPOCH.pack_into(head, 0, base_offset, header.batch_length, leader_epoch)
+    _ATTRIBUTES.pack_into(head, 21, header.attributes | ATTR_LOG_APPEND_TIME)
+    _MAX_TIMESTAMP.pack_into(head, 35, log_append_time_ms)
+    records = view[position + HEADER_BYTES : position + header.size]
+    _CRC.pack_into(head, 17, crc32c(records, crc32c(head[CRC_START:])))
+    return bytes(head)
 
 
 # --- records ---------------------------------------------------------------------------
