@@ -62,7 +62,7 @@ check: venv
 run: venv
 	$(VENV)/bin/weirmq serve
 
-# The benchmark suite (docs/benchmarks.md): every workload, ~10 minutes; results in
+# The benchmark suite (docs/benchmarks.md): every workload, ~7 minutes; results in
 # bench/results/ (gitignored). BENCH_ARGS adds options, e.g. BENCH_ARGS="--workload latency".
 bench: venv
 	$(VENV)/bin/weirmq bench --json bench/results/bench.json --plot bench/results/bench.png $(BENCH_ARGS)
