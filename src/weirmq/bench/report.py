@@ -191,8 +191,9 @@ def plot(document: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(2, 3, figsize=(18, 10))
-    panels = [_plot_produce, _plot_consume, _plot_latency, _plot_partitions, _plot_rebalance,
-              _plot_summary]
+    panels = [_plot_throughput("produce", "produce throughput"),
+              _plot_throughput("consume", "consume (catch-up) throughput"),
+              _plot_latency, _plot_partitions, _plot_rebalance, _plot_summary]
     for panel, ax in zip(panels, axes.flat, strict=True):
         panel(document, ax)
     machine = document.get("machine", {})
@@ -223,20 +224,16 @@ def _bars(ax: Any, labels: list[str], values: list[float], title: str, ylabel: s
         ax.annotate(f"{v:,.0f}", (i, v), ha="center", va="bottom", fontsize=7)
 
 
-def _plot_produce(document: dict[str, Any], ax: Any) -> None:
-    rows = _measured(document, "produce")
-    if not rows:
-        return _empty(ax, "produce")
-    _bars(ax, [c["name"] for c in rows], [c["mb_per_s"] for c in rows],
-          "produce throughput", "MB/s")
+def _plot_throughput(workload: str, title: str) -> Callable[[dict[str, Any], Any], None]:
+    """A panel of MB/s bars, one per case of `workload`."""
 
+    def panel(document: dict[str, Any], ax: Any) -> None:
+        rows = _measured(document, workload)
+        if not rows:
+            return _empty(ax, title)
+        _bars(ax, [c["name"] for c in rows], [c["mb_per_s"] for c in rows], title, "MB/s")
 
-def _plot_consume(document: dict[str, Any], ax: Any) -> None:
-    rows = _measured(document, "consume")
-    if not rows:
-        return _empty(ax, "consume (catch-up)")
-    _bars(ax, [c["name"] for c in rows], [c["mb_per_s"] for c in rows],
-          "consume (catch-up) throughput", "MB/s")
+    return panel
 
 
 def _plot_latency(document: dict[str, Any], ax: Any) -> None:

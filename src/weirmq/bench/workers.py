@@ -95,8 +95,13 @@ class ConsumeSpec:
 
 
 def produce_worker(name: str, spec: ProduceSpec, reports: Any, go: Any) -> None:
+    _reporting_errors(_produce, name, spec, reports, go)
+
+
+def _reporting_errors(body: Callable[[str, Any, Any, Any], None], name: str, spec: Any,
+                      reports: Any, go: Any) -> None:
     try:
-        _produce(name, spec, reports, go)
+        body(name, spec, reports, go)
     except Exception as exc:  # reported to the parent, which fails the measurement
         reports.put(("error", name, f"{type(exc).__name__}: {exc}"))
 
@@ -169,10 +174,7 @@ def _send(producer: Any, spec: ProduceSpec, on_delivery: Callable[..., None],
 
 
 def consume_worker(name: str, spec: ConsumeSpec, reports: Any, go: Any) -> None:
-    try:
-        _consume(name, spec, reports, go)
-    except Exception as exc:  # reported to the parent, which fails the measurement
-        reports.put(("error", name, f"{type(exc).__name__}: {exc}"))
+    _reporting_errors(_consume, name, spec, reports, go)
 
 
 def _consume(name: str, spec: ConsumeSpec, reports: Any, go: Any) -> None:
