@@ -8,6 +8,9 @@ VENV_PYTHON := $(VENV)/bin/python
 INSTALL_STAMP := $(VENV)/.installed-stamp
 # Debian packages the tests need (for example kcat); installed by `make system-deps`.
 DEB_PACKAGES ?= kcat
+# Spark (the weirmq.spark tests, make spark-demo) needs a Java runtime, 17 or newer; this
+# package is installed when no `java` is on the PATH.
+JAVA_PACKAGE ?= openjdk-17-jre-headless
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # Directories ruff checks; bench/ may not exist in every checkout.
@@ -37,6 +40,7 @@ system-deps:
 		dpkg -s "$$pkg" 2>/dev/null | grep -q '^Status: install ok installed' \
 			|| missing="$$missing $$pkg"; \
 	done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing $(JAVA_PACKAGE)"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if ! command -v apt-get >/dev/null 2>&1; then \
 		echo "system-deps: no apt-get here; install these yourself:$$missing" >&2; exit 0; \

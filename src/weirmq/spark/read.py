@@ -1,0 +1,213 @@
+"""Reading one offset range in a Spark task, into Arrow record batches.
+
+A task gets an `OffsetRange` fixed by the driver and reads exactly `[start, end)` of that
+partition with a confluent-kafka consumer that is assigned the partition at `start` (no
+group membership, no commits). The loop ends on offsets, never on a quiet spell:
+
+- a record at or past `end` ends it (the range is done);
+- librdkafka's end-of-partition event at or past `end` ends it too: the offsets up to the
+  high watermark that are missing were removed by compaction, so there is nothing more
+  to wait for;
+- a poll that brings nothing for `kafkaConsumer.pollTimeoutMs` (default 2 minutes) is an
+  error: the broker is gone or stuck, and Spark should retry the task rather than wait
+  forever or return a short range as if it were whole.
+
+Offsets that retention removed before the task ran show up as an out-of-range fetch
+(`auto.offset.reset=error`), or as an end-of-partition below `end`. With
+`failOnDataLoss=true` (the default) the task fails saying which offsets are gone; with
+false it logs a warning and carries on from the earliest offset still there.
+
+Rows go to Spark as Arrow `RecordBatch`es of up to `BATCH_ROWS` rows, built column by
+column from the consumed messages: Spark's Python data source takes them as they are,
+where row tuples would be converted one value at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from weirmq.spark.planning import OffsetRange
+
+log = logging.getLogger("weirmq.spark")
+
+BATCH_ROWS = 10_000
+"""Rows per Arrow batch handed to Spark (and messages asked of librdkafka per poll)."""
+POLL_S = 0.5
+
+# confluent-kafka's timestamp types -> Kafka's TimestampType ids, which Spark's column uses.
+_TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}  # not available, CreateTime, LogAppendTime
+
+
+class DataLossError(RuntimeError):
+    """Offsets the read needed are gone (removed by retention, or the partition deleted)."""
+
+
+def data_loss_message(what: str) -> str:
+    return (
+        f"{what}. Records may have been removed by retention before they were read. "
+        "Set the option failOnDataLoss to false to skip them with a warning instead."
+    )
+
+
+def consumer_config(client: Mapping[str, str], group_id_prefix: str) -> dict[str, Any]:
+    """The executor consumer's configuration: the user's `kafka.*` settings, then what the
+    bounded read needs (and the user may not change)."""
+    config: dict[str, Any] = {"group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}-executor"}
+    config.update(client)
+    config.update(
+        {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+        }
+    )
+    return config
+
+
+def read_range(
+    r: OffsetRange,
+    config: Mapping[str, Any],
+    *,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+) -> Iterator[Any]:
+    """Yields `pyarrow.RecordBatch`es of Spark's Kafka schema for offsets `[start, end)`."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    if r.size == 0:
+        return
+    consumer = Consumer(dict(config))
+    try:
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
+        rows = _Columns(r.topic, r.partition, include_headers)
+        position = r.start
+        last_progress = time.monotonic()
+        while position < r.end:
+            messages = consumer.consume(min(BATCH_ROWS, r.end - position), POLL_S)
+            if not messages:
+                if (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
+                    raise TimeoutError(
+                        f"no records from {r.topic}-{r.partition} at offset {position} for "
+                        f"{poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); wanted up to "
+                        f"offset {r.end}"
+                    )
+                continue
+            last_progress = time.monotonic()
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    offset = message.offset() or 0  # always set on a record
+                    if offset >= r.end:
+                        position = r.end
+                        break
+                    rows.add(message, offset)
+                    position = offset + 1
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    high = message.offset() or 0  # the high watermark, on this event
+                    if high >= r.end:
+                        position = r.end  # the rest of the range was compacted away
+                    elif high <= position:
+                        lost = f"offsets {position} to {r.end - 1} of {r.topic}-{r.partition}"
+                        if fail_on_data_loss:
+                            raise DataLossError(
+                                data_loss_message(
+                                    f"Cannot read {lost}: the partition ends at {high}"
+                                )
+                            )
+                        log.warning("skipping %s: the partition ends at %d", lost, high)
+                        position = r.end
+                    if position >= r.end:
+                        break
+                elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    position = _skip_lost(consumer, r, position, fail_on_data_loss)
+                    break
+                else:
+                    raise RuntimeError(f"reading {r.topic}-{r.partition}: {error}")
+            if len(rows) >= BATCH_ROWS:
+                yield rows.batch()
+        if len(rows):
+            yield rows.batch()
+    finally:
+        consumer.close()
+
+
+def _skip_lost(consumer: Any, r: OffsetRange, position: int, fail: bool) -> int:
+    """After an out-of-range fetch at `position`: fail, or move on to the earliest offset
+    still in the log (the end of the range if that is past it)."""
+    from confluent_kafka import TopicPartition
+
+    low: int = consumer.get_watermark_offsets(
+        TopicPartition(r.topic, r.partition), timeout=30, cached=False
+    )[0]
+    if position >= low:
+        # Not a retention gap: the offset is past the log's end (the log was truncated).
+        low = r.end
+    lost = f"offsets {position} to {min(low, r.end) - 1} of {r.topic}-{r.partition}"
+    if fail:
+        raise DataLossError(
+            data_loss_message(f"Cannot read {lost}: the earliest offset still there is {low}")
+        )
+    log.warning("skipping %s: removed before they were read", lost)
+    resume = min(low, r.end)
+    if resume < r.end:
+        consumer.assign([TopicPartition(r.topic, r.partition, resume)])
+    return resume
+
+
+class _Columns:
+    """The columns of one Arrow batch, filled from consumed messages."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.include_headers = include_headers
+        self._reset()
+
+    def _reset(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.types: list[int] = []
+        self.headers: list[list[dict[str, Any]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, message: Any, offset: int) -> None:
+        self.keys.append(message.key())
+        self.values.append(message.value())
+        self.offsets.append(offset)
+        kind, millis = message.timestamp()
+        self.types.append(_TIMESTAMP_TYPES.get(kind, -1))
+        self.timestamps.append(millis * 1000 if kind else None)
+        if self.include_headers:
+            headers = message.headers()
+            self.headers.append([{"key": k, "value": v} for k, v in headers] if headers else None)
+
+    def batch(self) -> Any:
+        import pyarrow as pa
+
+        from weirmq.spark.schema import arrow_schema
+
+        schema = arrow_schema(self.include_headers)
+        n = len(self.offsets)
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array(self.offsets, pa.int64()),
+            pa.array(self.timestamps, schema.field("timestamp").type),
+            pa.array(self.types, pa.int32()),
+        ]
+        if self.include_headers:
+            arrays.append(pa.array(self.headers, schema.field("headers").type))
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
