@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # Directories ruff checks; bench/ may not exist in every checkout.
 LINT_DIRS := $(wildcard src tests bench)
 
-.PHONY: venv system-deps test check run bench bench-quick bench-storage bench-rebalance clean
+.PHONY: venv system-deps test check run bench bench-quick bench-storage bench-rebalance bench-spark spark-demo clean
 
 venv: $(INSTALL_STAMP)
 
@@ -81,6 +81,14 @@ bench-storage: venv
 
 bench-rebalance: venv
 	$(VENV_PYTHON) -m weirmq.bench.rebalance $(BENCH_ARGS)
+
+# Spark connector throughput (rows/s) on local[2]: batch read, streaming read, write.
+bench-spark: venv system-deps
+	$(VENV_PYTHON) bench/spark.py $(BENCH_ARGS)
+
+# The order-events example (examples/order_pipeline.py) end to end on local[2].
+spark-demo: venv system-deps
+	$(VENV_PYTHON) examples/order_pipeline.py
 
 # Leaves weirmq-data/ and bench/results/ alone: those are data, not build output.
 clean:
