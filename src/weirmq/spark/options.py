@@ -133,8 +133,11 @@ class WriteOptions:
     topic: str | None
 
 
-def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    """Checks a read's options; raises `OptionError` naming every problem it finds."""
+def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
+    """Checks a read's options; raises `OptionError` naming the problem it finds.
+
+    `streaming=None` checks what batch and streaming reads share, for when it is not known
+    yet which one the options are for (and the offsets it returns are the batch ones)."""
     opts = _lower(options)
     _reject_unknown(opts, READ_OPTIONS, "read")
     client = _client_config(opts)
@@ -144,7 +147,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         "startingOffsets",
         "startingTimestamp",
         "startingOffsetsByTimestamp",
-        default=LATEST if streaming else EARLIEST,
+        default=LATEST if streaming is not False else EARLIEST,
         allow_earliest=True,
     )
     if streaming:
@@ -161,6 +164,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             default=LATEST,
             allow_earliest=False,
         )
+    if streaming is False:
         if "maxoffsetspertrigger" in opts:
             raise OptionError("maxOffsetsPerTrigger is for streaming reads only")
         if opts.get("startingoffsets", "").strip().lower() == "latest":

@@ -82,8 +82,10 @@ class WeirMQDataSource(DataSource):
         return "weirmq"
 
     def schema(self) -> Any:
-        raw = {str(k).lower(): str(v) for k, v in self.options.items()}.get("includeheaders")
-        return spark_schema((raw or "").strip().lower() == "true")
+        # Spark asks for the schema at load(), for reads only: checking the options here
+        # makes a mistake fail load() itself. What only a batch or only a stream may have
+        # is checked when Spark makes the reader.
+        return spark_schema(parse_read_options(self.options, streaming=None).include_headers)
 
     def reader(self, schema: Any) -> DataSourceReader:
         opts = parse_read_options(self.options, streaming=False)
