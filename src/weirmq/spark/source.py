@@ -150,17 +150,22 @@ class _Reading:
             poll_timeout_ms=self.opts.poll_timeout_ms,
         )
 
+    def snapshot(self) -> tuple[list[TopicPartitionKey], Offsets, Offsets]:
+        """The partitions read now, with their earliest and latest offsets."""
+        partitions = self.cluster.partitions(self.opts.subscription)
+        return partitions, self.cluster.earliest(partitions), self.cluster.latest(partitions)
+
     def resolve(
         self,
-        spec: OffsetSpec,
         partitions: list[TopicPartitionKey],
         earliest: Offsets,
         latest: Offsets,
         *,
         ending: bool,
-        name: str,
     ) -> Offsets:
-        """Concrete offsets for `partitions` from a starting or ending option."""
+        """Concrete offsets for `partitions` from the starting or ending options."""
+        spec: OffsetSpec = self.opts.ending if ending else self.opts.starting
+        name = "endingOffsets" if ending else "startingOffsets"
         if spec.offsets or spec.timestamps:
             table = spec.offsets or spec.timestamps
             missing = [tp for tp in partitions if tp not in table]
@@ -233,20 +238,9 @@ class BatchReader(_Reading, DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         try:
-            partitions = self.cluster.partitions(self.opts.subscription)
-            earliest = self.cluster.earliest(partitions)
-            latest = self.cluster.latest(partitions)
-            start = self.resolve(
-                self.opts.starting,
-                partitions,
-                earliest,
-                latest,
-                ending=False,
-                name="startingOffsets",
-            )
-            end = self.resolve(
-                self.opts.ending, partitions, earliest, latest, ending=True, name="endingOffsets"
-            )
+            partitions, earliest, latest = self.snapshot()
+            start = self.resolve(partitions, earliest, latest, ending=False)
+            end = self.resolve(partitions, earliest, latest, ending=True)
         finally:
             self.cluster.close()
         crossed = [tp for tp in partitions if end[tp] < start[tp] and start[tp] <= latest[tp]]
@@ -255,8 +249,7 @@ class BatchReader(_Reading, DataSourceReader):
                 "the ending offsets are before the starting offsets for "
                 + ", ".join(f"{t}-{p} ({start[(t, p)]} > {end[(t, p)]})" for t, p in crossed)
             )
-        tasks = self.ranges(start, end, earliest)
-        return list(tasks)
+        return list(self.ranges(start, end, earliest))
 
 
 class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -268,18 +261,8 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
         self._latest: Offsets | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        partitions = self.cluster.partitions(self.opts.subscription)
-        earliest = self.cluster.earliest(partitions)
-        latest = self.cluster.latest(partitions)
-        start = self.resolve(
-            self.opts.starting,
-            partitions,
-            earliest,
-            latest,
-            ending=False,
-            name="startingOffsets",
-        )
-        return to_json_offsets(start)
+        partitions, earliest, latest = self.snapshot()
+        return to_json_offsets(self.resolve(partitions, earliest, latest, ending=False))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:
