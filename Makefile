@@ -13,8 +13,8 @@ DEB_PACKAGES ?= kcat
 JAVA_PACKAGE ?= openjdk-17-jre-headless
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
-# Directories ruff checks; bench/ may not exist in every checkout.
-LINT_DIRS := $(wildcard src tests bench)
+# Directories ruff checks; bench/ and examples/ may not exist in every checkout.
+LINT_DIRS := $(wildcard src tests bench examples)
 
 .PHONY: venv system-deps test check run bench bench-quick bench-storage bench-rebalance bench-spark spark-demo clean
 
