@@ -24,7 +24,7 @@ def test_defaults_follow_sparks_kafka_source() -> None:
     assert batch.fail_on_data_loss and not batch.include_headers
     assert batch.max_offsets_per_trigger is None and batch.min_partitions is None
     assert batch.client == {"bootstrap.servers": "127.0.0.1:9092"}
-    assert batch.group_id is None
+    assert not batch.commit_to_group
 
 
 def test_names_are_case_insensitive_and_kafka_options_reach_the_client() -> None:
@@ -35,6 +35,7 @@ def test_names_are_case_insensitive_and_kafka_options_reach_the_client() -> None
             "MAXOFFSETSPERTRIGGER": "500",
             "includeheaders": "TRUE",
             "kafka.group.id": "lag-watch",
+            "commitOffsetsToGroup": "true",
             "kafka.fetch.max.bytes": "1048576",
             "checkpointLocation": "/somewhere",
         },
@@ -47,7 +48,7 @@ def test_names_are_case_insensitive_and_kafka_options_reach_the_client() -> None
         "group.id": "lag-watch",
         "fetch.max.bytes": "1048576",
     }
-    assert opts.group_id == "lag-watch"
+    assert opts.commit_to_group
 
 
 def test_offsets_json_and_timestamps() -> None:
@@ -61,11 +62,24 @@ def test_offsets_json_and_timestamps() -> None:
     )
     assert opts.starting.offsets == {("orders", 0): 23, ("orders", 1): EARLIEST}
     assert opts.ending.offsets == {("orders", 0): 50, ("orders", 1): LATEST}
+    # Spark's precedence: the one timestamp, then per-partition timestamps, then offsets.
     by_time = parse_read_options(
-        {**BASE, "startingTimestamp": "1700000000000", "startingOffsets": "latest"},
+        {
+            **BASE,
+            "startingTimestamp": "1700000000000",
+            "startingOffsetsByTimestamp": '{"orders": {"0": 5}}',
+            "startingOffsets": "latest",
+        },
         streaming=True,
     )
-    assert by_time.starting.timestamp == 1_700_000_000_000  # timestamps win over offsets
+    assert by_time.starting.timestamp == 1_700_000_000_000 and not by_time.starting.timestamps
+    per_partition = parse_read_options(
+        {**BASE, "startingOffsetsByTimestamp": '{"orders": {"0": 5}}', "startingOffsets": "x"},
+        streaming=True,
+    )
+    assert per_partition.starting.timestamps == {("orders", 0): 5}
+    # A batch read ignores maxOffsetsPerTrigger (one options map may serve both).
+    assert parse_read_options({**BASE, "maxOffsetsPerTrigger": "5"}, streaming=False)
 
 
 @pytest.mark.parametrize(
@@ -79,11 +93,13 @@ def test_offsets_json_and_timestamps() -> None:
         ({**BASE, "startingOffsets": "[1]"}, "must be a JSON object"),
         ({**BASE, "startingOffsets": '{"t": {"x": 1}}'}, "partition 'x' is not a number"),
         ({**BASE, "startingOffsets": '{"t": {"0": -3}}'}, "offset -3 for t-0 is not valid"),
+        ({**BASE, "startingOffsets": '{"t": {"0": -1}}'}, "offset -1 for t-0 is not valid"),
         ({**BASE, "endingOffsets": "earliest"}, "endingOffsets=earliest is not allowed"),
         ({**BASE, "endingOffsets": '{"t": {"0": -2}}'}, "offset -2 for t-0 is not valid"),
         ({**BASE, "startingOffsets": "latest"}, "startingOffsets=latest is not allowed"),
         ({**BASE, "startingTimestamp": "yesterday"}, "startingTimestamp must be milliseconds"),
-        ({**BASE, "maxOffsetsPerTrigger": "-5"}, "maxOffsetsPerTrigger is for streaming"),
+        ({**BASE, "maxOffsetsPerTrigger": "-5"}, "maxOffsetsPerTrigger must be a positive"),
+        ({**BASE, "commitOffsetsToGroup": "true"}, "needs kafka.group.id"),
         ({**BASE, "includeHeaders": "yes"}, "includeHeaders must be true or false"),
         ({**BASE, "startingOffsetsByTimestampStrategy": "closest"}, "'error' or 'latest'"),
         ({**BASE, "kafka.enable.auto.commit": "true"}, "never commits"),

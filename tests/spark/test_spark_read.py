@@ -190,6 +190,17 @@ def test_subscribe_pattern_and_assign(spark: Any, bootstrap: str, topic_name: st
     assert assign.count() == 5
 
 
+def test_offsets_past_the_end_are_refused(spark: Any, bootstrap: str, orders: list[Record]):
+    topic = orders[0].topic
+    every = {"1": -2, "2": -2}
+    start = json.dumps({topic: {"0": 150, **every}})
+    with pytest.raises(Exception, match=f"starting offset 150 of {topic}-0 is after its end"):
+        reader(spark, bootstrap, subscribe=topic, startingOffsets=start).count()
+    end = json.dumps({topic: {"0": 150, "1": -1, "2": -1}})
+    with pytest.raises(Exception, match=f"ending offset 150 of {topic}-0 is after its end"):
+        reader(spark, bootstrap, subscribe=topic, endingOffsets=end).count()
+
+
 def test_a_topic_that_does_not_exist_reads_as_empty(spark: Any, bootstrap: str, topic_name: str):
     assert reader(spark, bootstrap, subscribe=topic_name).count() == 0
 
@@ -198,7 +209,6 @@ def test_a_topic_that_does_not_exist_reads_as_empty(spark: Any, bootstrap: str, 
     ("options", "message"),
     [
         ({"subscribe": "t", "subscibePattern": "x"}, "unknown option.*subscibepattern"),
-        ({"subscribe": "t", "maxOffsetsPerTrigger": "10"}, "maxOffsetsPerTrigger is for streaming"),
         ({"subscribe": "t", "startingOffsets": "{not json"}, "startingOffsets is not valid JSON"),
         ({"subscribe": "t", "assign": '{"t":[0]}'}, "exactly one of subscribe"),
         ({"subscribe": "t", "minPartitions": "0"}, "minPartitions must be a positive integer"),

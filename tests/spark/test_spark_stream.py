@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
 from spark_support import (
     add_partitions,
@@ -193,6 +194,7 @@ def test_group_id_gets_the_querys_progress_for_lag_reporting(
         subscribe=topic_name,
         startingOffsets="earliest",
         maxOffsetsPerTrigger="100",
+        commitOffsetsToGroup="true",
         **{"kafka.group.id": group},
     )
     query = run_available_now(df, tmp_path / "out", tmp_path / "checkpoint")
@@ -224,3 +226,70 @@ def test_batch_only_options_fail_the_stream(spark: Any, bootstrap: str, topic_na
     )
     with pytest.raises(StreamingQueryException, match="endingOffsets is for batch reads only"):
         query.awaitTermination(60)
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([name])[name].result(timeout=60)
+
+
+def test_a_topic_deleted_and_made_again_is_data_loss(
+    spark: Any, bootstrap: str, topic_name: str, tmp_path: Path
+):
+    create_topic(bootstrap, topic_name, 1)
+    produce_values(bootstrap, topic_name, range(10), 1)
+    df = stream(spark, bootstrap, subscribe=topic_name, startingOffsets="earliest")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(df, out, checkpoint)
+    assert parquet_values(spark, out) == list(range(10))
+
+    delete_topic(bootstrap, topic_name)
+    wait_for(lambda: _recreated(bootstrap, topic_name), "the topic to be made again")
+    produce_values(bootstrap, topic_name, range(100, 105), 1)
+    # The partition's offsets went from 10 down to 5: the query cannot tell what it missed.
+    with pytest.raises(StreamingQueryException, match=r"offsets went down.*from 10 to 5"):
+        run_available_now(df, out, checkpoint)
+
+    # With failOnDataLoss=false it reads the new log from its start.
+    lenient = stream(
+        spark, bootstrap, subscribe=topic_name, startingOffsets="earliest", failOnDataLoss="false"
+    )
+    run_available_now(lenient, out, checkpoint)
+    assert parquet_values(spark, out) == [*range(10), *range(100, 105)]
+
+
+def _recreated(bootstrap: str, name: str) -> bool:
+    try:
+        create_topic(bootstrap, name, 1)
+    except Exception:
+        return False  # the deletion is not finished yet
+    return True
+
+
+def test_a_deleted_topic_is_skipped_with_fail_on_data_loss_false(
+    spark: Any, bootstrap: str, topic_name: str, tmp_path: Path
+):
+    kept, deleted = f"{topic_name}.kept", f"{topic_name}.deleted"
+    for name in (kept, deleted):
+        create_topic(bootstrap, name, 1)
+        produce_values(bootstrap, name, range(5), 1)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def query(fail: str) -> Any:
+        df = stream(
+            spark,
+            bootstrap,
+            subscribe=f"{kept},{deleted}",
+            startingOffsets="earliest",
+            failOnDataLoss=fail,
+        )
+        return run_available_now(df, out, checkpoint)
+
+    query("true")
+    assert len(parquet_values(spark, out)) == 10
+    delete_topic(bootstrap, deleted)
+    produce_values(bootstrap, kept, range(5, 8), 1)
+    with pytest.raises(StreamingQueryException, match=f"{re.escape(deleted)}-0 no longer exist"):
+        query("true")
+    query("false")
+    assert parquet_values(spark, out) == sorted([*range(5), *range(8)])

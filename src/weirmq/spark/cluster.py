@@ -13,6 +13,7 @@ executors, which do not need it.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -21,6 +22,8 @@ from weirmq.spark.options import EARLIEST, LATEST, OptionError, Subscription
 from weirmq.spark.planning import Offsets, TopicPartitionKey
 
 METADATA_TIMEOUT_S = 30.0
+METADATA_ATTEMPTS = 3
+METADATA_RETRY_S = 1.0
 
 
 class ClusterError(RuntimeError):
@@ -56,12 +59,34 @@ class Cluster:
     def partitions(self, subscription: Subscription) -> list[TopicPartitionKey]:
         """The partitions a subscription covers now, sorted. A `subscribe` topic that does not
         exist yet has no partitions (it is read once it appears); an `assign` partition that
-        does not exist is an error."""
-        metadata = self._call(lambda c: c.list_topics(timeout=METADATA_TIMEOUT_S), "list topics")
+        does not exist is an error. Internal topics (`__...`) match only when named.
+
+        A topic whose metadata carries an error other than "unknown topic" (no leader yet,
+        say) is asked about again, up to `METADATA_ATTEMPTS` times, then an error: taking it
+        for deleted would make a stream drop it, and read it all again when it came back."""
+        from confluent_kafka import KafkaError
+
+        for attempt in range(METADATA_ATTEMPTS):
+            metadata = self._call(
+                lambda c: c.list_topics(timeout=METADATA_TIMEOUT_S), "list topics"
+            )
+            troubled = {
+                name: topic.error
+                for name, topic in metadata.topics.items()
+                if topic.error is not None
+                and topic.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+                and _wanted(subscription, name)
+            }
+            if not troubled:
+                break
+            if attempt + 1 == METADATA_ATTEMPTS:
+                shown = "; ".join(f"{name}: {error}" for name, error in sorted(troubled.items()))
+                raise ClusterError(f"cannot get the partitions of {shown}")
+            time.sleep(METADATA_RETRY_S)
         existing = {
             (name, p)
             for name, topic in metadata.topics.items()
-            if topic.error is None and not name.startswith("__")
+            if topic.error is None and _wanted(subscription, name)
             for p in topic.partitions
         }
         if subscription.assign:
@@ -70,7 +95,7 @@ class Cluster:
                 shown = ", ".join(f"{t}-{p}" for t, p in missing)
                 raise OptionError(f"assign: partition(s) {shown} do not exist")
             return list(subscription.assign)
-        return sorted(tp for tp in existing if subscription.matches(tp[0]))
+        return sorted(existing)
 
     def earliest(self, partitions: Iterable[TopicPartitionKey]) -> Offsets:
         return self._list_offsets({tp: EARLIEST for tp in partitions})
@@ -120,6 +145,24 @@ class Cluster:
         except KafkaException as exc:
             servers = self._config.get("bootstrap.servers")
             raise ClusterError(f"cannot {what} on {servers}: {exc.args[0]}") from None
+
+
+def _wanted(subscription: Subscription, topic: str) -> bool:
+    if subscription.assign:
+        return any(topic == t for t, _ in subscription.assign)
+    if subscription.pattern is not None and topic.startswith("__"):
+        return False  # as Kafka consumers' exclude.internal.topics
+    return subscription.matches(topic)
+
+
+def make_producer(config: Mapping[str, str]) -> Any:
+    """A confluent-kafka producer, checked like `make_consumer`."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        return Producer(dict(config))
+    except KafkaException as exc:
+        raise OptionError(f"Kafka client configuration refused: {exc.args[0]}") from None
 
 
 def make_consumer(config: Mapping[str, str]) -> Any:

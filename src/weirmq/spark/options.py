@@ -39,6 +39,8 @@ READ_OPTIONS = (
     "failOnDataLoss",
     "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs",
+    # WeirMQ's own: commit a stream's progress to kafka.group.id, for lag monitoring.
+    "commitOffsetsToGroup",
 )
 WRITE_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic")
 # Spark adds these itself (`.load(path)`, `.option("checkpointLocation", ...)`, a query's
@@ -117,12 +119,9 @@ class ReadOptions:
     latest_if_no_timestamp_match: bool
     group_id_prefix: str
     poll_timeout_ms: int
-
-    @property
-    def group_id(self) -> str | None:
-        """`kafka.group.id`, when the user asked for the query's progress to be committed
-        to a consumer group (for lag reporting)."""
-        return self.client.get("group.id")
+    commit_to_group: bool
+    """`commitOffsetsToGroup`: commit each finished micro-batch's end offsets to
+    `kafka.group.id`, for lag monitoring."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +148,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         "startingOffsetsByTimestamp",
         default=LATEST if streaming is not False else EARLIEST,
         allow_earliest=True,
+        allow_latest=streaming is not False,
     )
     if streaming:
         for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
@@ -163,14 +163,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
             "endingOffsetsByTimestamp",
             default=LATEST,
             allow_earliest=False,
+            allow_latest=True,
         )
-    if streaming is False:
-        if "maxoffsetspertrigger" in opts:
-            raise OptionError("maxOffsetsPerTrigger is for streaming reads only")
-        if opts.get("startingoffsets", "").strip().lower() == "latest":
-            raise OptionError(
-                "startingOffsets=latest is not allowed in a batch read (it would read nothing)"
-            )
+    commit_to_group = _bool(opts, "commitOffsetsToGroup", False)
+    if commit_to_group and "group.id" not in client:
+        raise OptionError("commitOffsetsToGroup=true needs kafka.group.id (the group to commit to)")
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise OptionError(
@@ -189,6 +186,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         group_id_prefix=opts.get("groupidprefix", "weirmq-spark"),
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs")
         or DEFAULT_POLL_TIMEOUT_MS,
+        commit_to_group=commit_to_group,
     )
 
 
@@ -288,15 +286,9 @@ def _offset_spec(
     *,
     default: int,
     allow_earliest: bool,
+    allow_latest: bool,
 ) -> OffsetSpec:
-    # Spark's precedence: per-partition timestamps, then one timestamp, then offsets.
-    if by_timestamp_name.lower() in opts:
-        example = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
-        table = _partition_table(opts[by_timestamp_name.lower()], by_timestamp_name, example)
-        bad = [k for k, v in table.items() if v < 0]
-        if bad:
-            raise OptionError(f"{by_timestamp_name}: timestamps must be >= 0")
-        return OffsetSpec(default=default, timestamps=table)
+    # Spark's precedence: one timestamp for all, then per-partition timestamps, then offsets.
     if timestamp_name.lower() in opts:
         raw = opts[timestamp_name.lower()].strip()
         try:
@@ -308,6 +300,13 @@ def _offset_spec(
         if timestamp < 0:
             raise OptionError(f"{timestamp_name} must be >= 0")
         return OffsetSpec(default=default, timestamp=timestamp)
+    if by_timestamp_name.lower() in opts:
+        example = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
+        table = _partition_table(opts[by_timestamp_name.lower()], by_timestamp_name, example)
+        bad = [k for k, v in table.items() if v < 0]
+        if bad:
+            raise OptionError(f"{by_timestamp_name}: timestamps must be >= 0")
+        return OffsetSpec(default=default, timestamps=table)
     if offsets_name.lower() not in opts:
         return OffsetSpec(default=default)
     raw = opts[offsets_name.lower()]
@@ -317,15 +316,25 @@ def _offset_spec(
             raise OptionError(f"{offsets_name}=earliest is not allowed (it would read nothing)")
         return OffsetSpec(default=EARLIEST)
     if word == "latest":
+        if not allow_latest:
+            raise OptionError(
+                f"{offsets_name}=latest is not allowed in a batch read (it would read nothing)"
+            )
         return OffsetSpec(default=LATEST)
     example = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
     table = _partition_table(raw, offsets_name, example)
+    allowed = ["an offset >= 0"]
+    allowed += ["-1 for latest"] if allow_latest else []
+    allowed += ["-2 for earliest"] if allow_earliest else []
     for (topic, partition), offset in table.items():
-        if offset < EARLIEST or (offset == EARLIEST and not allow_earliest):
+        if (
+            offset < EARLIEST
+            or (offset == EARLIEST and not allow_earliest)
+            or (offset == LATEST and not allow_latest)
+        ):
             raise OptionError(
-                f"{offsets_name}: offset {offset} for {topic}-{partition} is not valid "
-                "(use an offset >= 0, -1 for latest"
-                + (", -2 for earliest)" if allow_earliest else ")")
+                f"{offsets_name}: offset {offset} for {topic}-{partition} is not valid here "
+                f"(use {', '.join(allowed)})"
             )
     return OffsetSpec(default=default, offsets=table)
 

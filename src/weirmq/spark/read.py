@@ -5,15 +5,17 @@ partition with a confluent-kafka consumer that is assigned the partition at `sta
 group membership, no commits). The loop ends on offsets, never on a quiet spell:
 
 - a record at or past `end` ends it (the range is done);
-- librdkafka's end-of-partition event at or past `end` ends it too: the offsets up to the
-  high watermark that are missing were removed by compaction, so there is nothing more
-  to wait for;
+- librdkafka's end-of-partition event ends it too: every offset below the high watermark
+  that has not come was removed by compaction (or is a control record), so there is
+  nothing more to wait for; if the high watermark is below `end`, the rest of the range
+  is gone (see data loss below);
 - a poll that brings nothing for `kafkaConsumer.pollTimeoutMs` (default 2 minutes) is an
   error: the broker is gone or stuck, and Spark should retry the task rather than wait
   forever or return a short range as if it were whole.
 
 Offsets that retention removed before the task ran show up as an out-of-range fetch
-(`auto.offset.reset=error`), or as an end-of-partition below `end`. With
+(`auto.offset.reset=error`); offsets of a log that was deleted and made again since the
+range was planned, as an out-of-range fetch or an end-of-partition below `end`. With
 `failOnDataLoss=true` (the default) the task fails saying which offsets are gone; with
 false it logs a warning and carries on from the earliest offset still there.
 
@@ -109,21 +111,20 @@ def read_range(
                     rows.add(message, offset)
                     position = offset + 1
                 elif error.code() == KafkaError._PARTITION_EOF:
+                    # Everything up to the high watermark has been delivered: offsets
+                    # missing below it were compacted away (or were control records).
                     high = message.offset() or 0  # the high watermark, on this event
-                    if high >= r.end:
-                        position = r.end  # the rest of the range was compacted away
-                    elif high <= position:
-                        lost = f"offsets {position} to {r.end - 1} of {r.topic}-{r.partition}"
+                    if high < r.end:
+                        lost = f"offsets {high} to {r.end - 1} of {r.topic}-{r.partition}"
                         if fail_on_data_loss:
                             raise DataLossError(
                                 data_loss_message(
-                                    f"Cannot read {lost}: the partition ends at {high}"
+                                    f"Cannot read {lost}: the partition now ends at {high}"
                                 )
                             )
-                        log.warning("skipping %s: the partition ends at %d", lost, high)
-                        position = r.end
-                    if position >= r.end:
-                        break
+                        log.warning("skipping %s: the partition now ends at %d", lost, high)
+                    position = r.end
+                    break
                 elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                     position = _skip_lost(consumer, r, position, fail_on_data_loss)
                     break
@@ -142,19 +143,20 @@ def _skip_lost(consumer: Any, r: OffsetRange, position: int, fail: bool) -> int:
     still in the log (the end of the range if that is past it)."""
     from confluent_kafka import TopicPartition
 
-    low: int = consumer.get_watermark_offsets(
+    low, high = consumer.get_watermark_offsets(
         TopicPartition(r.topic, r.partition), timeout=30, cached=False
-    )[0]
-    if position >= low:
-        # Not a retention gap: the offset is past the log's end (the log was truncated).
-        low = r.end
-    lost = f"offsets {position} to {min(low, r.end) - 1} of {r.topic}-{r.partition}"
+    )
+    if position < low:  # removed by retention
+        resume = min(int(low), r.end)
+        lost = f"offsets {position} to {resume - 1} of {r.topic}-{r.partition}"
+        why = f"the earliest offset still there is {low}"
+    else:  # past the end: the log was truncated (deleted and made again)
+        resume = r.end
+        lost = f"offsets {position} to {r.end - 1} of {r.topic}-{r.partition}"
+        why = f"the partition now ends at {high}"
     if fail:
-        raise DataLossError(
-            data_loss_message(f"Cannot read {lost}: the earliest offset still there is {low}")
-        )
-    log.warning("skipping %s: removed before they were read", lost)
-    resume = min(low, r.end)
+        raise DataLossError(data_loss_message(f"Cannot read {lost}: {why}"))
+    log.warning("skipping %s: %s", lost, why)
     if resume < r.end:
         consumer.assign([TopicPartition(r.topic, r.partition, resume)])
     return resume
@@ -173,7 +175,7 @@ class _Columns:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int | None] = []
+        self.timestamps: list[int] = []
         self.types: list[int] = []
         self.headers: list[list[dict[str, Any]] | None] = []
 
@@ -186,7 +188,8 @@ class _Columns:
         self.offsets.append(offset)
         kind, millis = message.timestamp()
         self.types.append(_TIMESTAMP_TYPES.get(kind, -1))
-        self.timestamps.append(millis * 1000 if kind else None)
+        # A record without a timestamp shows Kafka's -1 ms, as in Spark's Kafka source.
+        self.timestamps.append(millis * 1000)
         if self.include_headers:
             headers = message.headers()
             self.headers.append([{"key": k, "value": v} for k, v in headers] if headers else None)

@@ -18,10 +18,15 @@ Spark runs a Python data source in Python worker processes: the driver side (`re
 - `maxOffsetsPerTrigger` is the default read limit (`ReadMaxRows`), which Spark applies
   under `trigger(availableNow=True)` too; `prepareForTriggerAvailableNow` fixes the high
   watermarks the run ends at.
-- With `kafka.group.id` set, the end offsets of each completed batch are committed to that
-  consumer group, so `weirmq groups describe` or kafka-consumer-groups show the query's
-  lag. Spark calls `commit` late (when it plans the next batch), so the lag shown is an
-  upper bound; the checkpoint, not the group, is where the query resumes from.
+- Offsets that went away are data loss (`failOnDataLoss`): below a partition's earliest
+  offset (retention), a partition deleted, or a partition's offsets gone down (deleted and
+  made again; with `failOnDataLoss=false` it is read again from its earliest offset).
+- With `commitOffsetsToGroup=true` and `kafka.group.id`, the end offsets of each
+  completed batch are committed to that consumer group, so `weirmq groups describe` or
+  kafka-consumer-groups show the query's lag (Flink's Kafka source does the same on
+  checkpoints; Spark's never commits). Spark calls `commit` late (when it plans the next
+  batch), so the lag shown is an upper bound; the checkpoint, not the group, is where the
+  query resumes from, and a refused commit is only logged.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from weirmq.spark.cluster import Cluster
+from weirmq.spark.cluster import Cluster, ClusterError, make_producer
 from weirmq.spark.options import (
     EARLIEST,
     LATEST,
@@ -90,6 +95,11 @@ class WeirMQDataSource(DataSource):
     def reader(self, schema: Any) -> DataSourceReader:
         opts = parse_read_options(self.options, streaming=False)
         _check_read_schema(schema, opts)
+        if opts.max_offsets_per_trigger is not None:
+            # As in Spark: one set of options may serve a batch and a streaming read.
+            log.warning(
+                "maxOffsetsPerTrigger applies to streaming reads; this batch read ignores it"
+            )
         return BatchReader(opts)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
@@ -120,6 +130,8 @@ def _write_options(options: Any, schema: Any, overwrite: bool) -> WriteOptions:
         )
     opts = parse_write_options(options)
     check_sink_schema(schema, opts.topic)
+    # A producer setting librdkafka refuses fails here, on the driver, not in every task.
+    make_producer(opts.client)
     return opts
 
 
@@ -243,12 +255,19 @@ class BatchReader(_Reading, DataSourceReader):
             end = self.resolve(partitions, earliest, latest, ending=True)
         finally:
             self.cluster.close()
-        crossed = [tp for tp in partitions if end[tp] < start[tp] and start[tp] <= latest[tp]]
-        if crossed:
-            raise OptionError(
-                "the ending offsets are before the starting offsets for "
-                + ", ".join(f"{t}-{p} ({start[(t, p)]} > {end[(t, p)]})" for t, p in crossed)
-            )
+        problems = []
+        for tp in partitions:
+            where = f"{tp[0]}-{tp[1]}"
+            if start[tp] > latest[tp]:
+                problems.append(f"starting offset {start[tp]} of {where} is after its end")
+            elif end[tp] > latest[tp]:
+                problems.append(f"ending offset {end[tp]} of {where} is after its end")
+            elif end[tp] < start[tp]:
+                problems.append(f"ending offset {end[tp]} of {where} is before the starting one")
+            if start[tp] > latest[tp] or end[tp] > latest[tp]:
+                problems[-1] += f" (its latest offset is {latest[tp]})"
+        if problems:
+            raise OptionError("cannot read: " + "; ".join(problems))
         return list(self.ranges(start, end, earliest))
 
 
@@ -275,26 +294,25 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json_offsets(start)
+        current = self.cluster.partitions(self.opts.subscription)
         if self._target is not None:
-            partitions = sorted(set(self._target) | set(begin))
-            latest = {tp: self._target.get(tp, begin.get(tp, 0)) for tp in partitions}
+            # availableNow: nothing past the ends fixed when the run started; partitions
+            # made since then wait for the next run.
+            latest = {tp: self._target[tp] for tp in current if tp in self._target}
+            latest.update({tp: begin[tp] for tp in current if tp in begin and tp not in latest})
         else:
-            partitions = self.cluster.partitions(self.opts.subscription)
-            latest = self.cluster.latest(partitions)
-        gone = sorted(tp for tp in begin if tp not in latest)
-        if gone:
-            what = f"partition(s) {', '.join(f'{t}-{p}' for t, p in gone)} no longer exist"
-            if self.opts.fail_on_data_loss:
-                raise DataLossError(data_loss_message(f"Cannot go on reading: {what}"))
-            log.warning("%s; no longer reading them", what)
+            latest = self.cluster.latest(current)
+        self._report_gone(sorted(tp for tp in begin if tp not in latest))
+        went_down = sorted(tp for tp in begin if tp in latest and latest[tp] < begin[tp])
+        if went_down:
+            self._report_went_down(went_down, begin, latest)
         new = [tp for tp in latest if tp not in begin]
         if new:
             log.info("new partitions: %s", ", ".join(f"{t}-{p}" for t, p in new))
-        # New partitions start at their earliest offset (as in Spark's Kafka source).
-        first = {**self.cluster.earliest(new), **begin}
-        # Never move a partition backwards: offsets that went down (a partition deleted and
-        # made again) are reported as data loss when the batch is planned.
-        latest = {tp: max(offset, first[tp]) for tp, offset in latest.items()}
+        # New partitions start at their earliest offset (as in Spark's Kafka source), and
+        # so do partitions whose offsets went down (with failOnDataLoss=false).
+        first = {**{tp: begin[tp] for tp in latest if tp in begin}, **self.cluster.earliest(new)}
+        first.update(self.cluster.earliest(went_down))
         self._latest = dict(latest)
         if isinstance(limit, ReadMaxRows):
             latest = limit_rows(first, latest, limit.max_rows)
@@ -308,13 +326,47 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
         stop = from_json_offsets(end)
         if begin == stop:
             return []
+        # A replayed batch may name partitions deleted since it was planned.
+        current = set(self.cluster.partitions(self.opts.subscription))
+        self._report_gone(sorted(tp for tp in stop if tp not in current))
+        stop = {tp: offset for tp, offset in stop.items() if tp in current}
         earliest = self.cluster.earliest(list(stop))
-        first = {tp: begin.get(tp, earliest[tp]) for tp in stop}
+        first = {}
+        for tp, offset in stop.items():
+            if tp not in begin or begin[tp] > offset:  # new, or its offsets went down
+                first[tp] = earliest[tp]
+            else:
+                first[tp] = begin[tp]
         return list(self.ranges(first, stop, earliest))
 
+    def _report_gone(self, gone: list[TopicPartitionKey]) -> None:
+        if not gone:
+            return
+        what = f"partition(s) {', '.join(f'{t}-{p}' for t, p in gone)} no longer exist"
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(data_loss_message(f"Cannot go on reading: {what}"))
+        log.warning("%s; no longer reading them", what)
+
+    def _report_went_down(
+        self, went_down: list[TopicPartitionKey], begin: Offsets, latest: Offsets
+    ) -> None:
+        what = ", ".join(f"{t}-{p} from {begin[(t, p)]} to {latest[(t, p)]}" for t, p in went_down)
+        message = (
+            f"The latest offsets went down ({what}): the partitions were deleted and made "
+            "again, and the records written since the query last read them may be missed"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(data_loss_message(message))
+        log.warning("%s; reading them again from their earliest offsets", message)
+
     def commit(self, end: dict[str, Any]) -> None:
-        if self.opts.group_id is not None:
-            self.cluster.commit(from_json_offsets(end))
+        if self.opts.commit_to_group:
+            try:
+                self.cluster.commit(from_json_offsets(end))
+            except ClusterError as exc:
+                # For monitoring only: the checkpoint, not the group, is where the query
+                # resumes, so a refused commit must not stop it.
+                log.warning("could not commit the query's offsets to its group: %s", exc)
 
     def stop(self) -> None:
         self.cluster.close()
