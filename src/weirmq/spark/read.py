@@ -58,7 +58,13 @@ def data_loss_message(what: str) -> str:
 def consumer_config(client: Mapping[str, str], group_id_prefix: str) -> dict[str, Any]:
     """The executor consumer's configuration: the user's `kafka.*` settings, then what the
     bounded read needs (and the user may not change)."""
-    config: dict[str, Any] = {"group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}-executor"}
+    config: dict[str, Any] = {
+        "group.id": f"{group_id_prefix}-{uuid.uuid4().hex[:12]}-executor",
+        # librdkafka stops fetching for this long whenever its local queue is full, which a
+        # catch-up read fills in a fraction of a second: its 1 s default halved the read
+        # rate (bench/spark.py: 260k -> 503k rows/s for a batch read with 1 ms).
+        "fetch.queue.backoff.ms": 1,
+    }
     config.update(client)
     config.update(
         {
@@ -177,7 +183,7 @@ class _Columns:
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.types: list[int] = []
-        self.headers: list[list[dict[str, Any]] | None] = []
+        self.headers: list[list[tuple[str, bytes | None]] | None] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -191,8 +197,7 @@ class _Columns:
         # A record without a timestamp shows Kafka's -1 ms, as in Spark's Kafka source.
         self.timestamps.append(millis * 1000)
         if self.include_headers:
-            headers = message.headers()
-            self.headers.append([{"key": k, "value": v} for k, v in headers] if headers else None)
+            self.headers.append(message.headers())  # a list of (key, value), or None
 
     def batch(self) -> Any:
         import pyarrow as pa
@@ -211,6 +216,32 @@ class _Columns:
             pa.array(self.types, pa.int32()),
         ]
         if self.include_headers:
-            arrays.append(pa.array(self.headers, schema.field("headers").type))
+            arrays.append(_headers_array(self.headers, schema.field("headers").type))
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _headers_array(headers: list[list[tuple[str, bytes | None]] | None], kind: Any) -> Any:
+    """The headers column, built from flat key and value lists plus list offsets: ~30%
+    faster than converting a list of lists of dicts (measured in bench/spark.py's plain
+    read_range case), and the same array."""
+    import pyarrow as pa
+
+    keys: list[str] = []
+    values: list[bytes | None] = []
+    offsets = [0]
+    nulls = []
+    for pairs in headers:
+        if pairs:
+            for key, value in pairs:
+                keys.append(key)
+                values.append(value)
+        offsets.append(len(keys))
+        nulls.append(not pairs)
+    entries = pa.StructArray.from_arrays(
+        [pa.array(keys, pa.string()), pa.array(values, pa.binary())],
+        fields=list(kind.value_type),
+    )
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), entries, type=kind, mask=pa.array(nulls, pa.bool_())
+    )
