@@ -136,11 +136,12 @@ def _write_options(options: Any, schema: Any, overwrite: bool) -> WriteOptions:
 
 
 class RangePartition(InputPartition):
-    """One Spark task: one offset range of one topic partition."""
+    """One Spark task: one offset range of one topic partition (its `value`)."""
 
-    def __init__(self, r: OffsetRange) -> None:
-        super().__init__(r)
-        self.range = r
+    @property
+    def range(self) -> OffsetRange:
+        value: OffsetRange = self.value
+        return value
 
 
 class _Reading:
@@ -311,8 +312,8 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
             log.info("new partitions: %s", ", ".join(f"{t}-{p}" for t, p in new))
         # New partitions start at their earliest offset (as in Spark's Kafka source), and
         # so do partitions whose offsets went down (with failOnDataLoss=false).
-        first = {**{tp: begin[tp] for tp in latest if tp in begin}, **self.cluster.earliest(new)}
-        first.update(self.cluster.earliest(went_down))
+        first = {tp: begin[tp] for tp in latest if tp in begin}
+        first.update(self.cluster.earliest([*new, *went_down]))  # one ListOffsets request
         self._latest = dict(latest)
         if isinstance(limit, ReadMaxRows):
             latest = limit_rows(first, latest, limit.max_rows)
