@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from weirmq.bench.results import machine_info, save_results, table
-from weirmq.wire import fast, messages
-from weirmq.wire.errors import ErrorCode
+from weirmq.errors import ErrorCode
+from weirmq.protocols.kafka.wire import fast, messages
 
 PRODUCE = 0
 FETCH = 1

@@ -52,11 +52,11 @@ from pathlib import Path
 from typing import Any
 
 from weirmq.bench import results as common
+from weirmq.records.batch import Record, encode_batch, parse_header, read_base_offset_and_size
 from weirmq.storage.config import LogConfig
 from weirmq.storage.handles import HandleCache
 from weirmq.storage.log import FileLog
 from weirmq.storage.manager import LogManager
-from weirmq.wire.records import Record, encode_batch, parse_header, read_base_offset_and_size
 
 KIB = 1024
 HEAD_TO_HEAD_ROUND = 1000  # operations per alternating round

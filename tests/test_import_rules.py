@@ -8,8 +8,11 @@ with a literal name. A type-only import is still a dependency of the design.
 
 ``from a.b import c`` is checked as ``a.b.c``: ``c`` may be a submodule, and when it is a
 name re-exported by ``a/b/__init__.py`` the import still reaches the whole of ``a.b``. So
-``storage/`` may write ``from weirmq.wire.records import RecordBatch`` but not
-``from weirmq.wire import RecordBatch``.
+``protocols/`` may write ``from weirmq.storage.errors import StorageError`` but not
+``from weirmq.storage import StorageError``.
+
+Protocol adapters (``weirmq.protocols.<name>``) get one more rule: none may import
+another; all may import the shared ``weirmq.protocols.contract``.
 
 A top-level package or module missing from ``RULES`` is itself a violation: a new layer
 gets a row here (and in ARCHITECTURE.md) before it gets code.
@@ -43,23 +46,44 @@ class Rule:
 # Keys are the top-level packages (and modules) of weirmq; values name, relative to
 # weirmq, the packages or modules they may import. Importing oneself is always allowed.
 RULES: dict[str, Rule] = {
-    "wire": Rule((), sans_io=True),
-    "storage": Rule(("wire.records", "wire.errors", "wire.compression")),
-    "broker": Rule(("wire", "storage", "groups", "queues", "routing", "flow")),
-    "groups": Rule(("storage", "wire"), sans_io=True),
-    "queues": Rule(("storage", "wire"), sans_io=True),
-    "routing": Rule(("storage", "wire"), sans_io=True),
-    "flow": Rule(("storage", "wire"), sans_io=True),
-    "server": Rule(("broker", "wire")),
-    "admin": Rule(("broker", "__version__")),
+    "types": Rule((), sans_io=True),
+    "errors": Rule((), sans_io=True),
+    "settings": Rule(()),  # configures the process: server, admin, cli and testing use it
+    "records": Rule(("errors", "types"), sans_io=True),
+    "storage": Rule(("records", "errors", "types")),
+    # One concern each, sans-I/O state machines: events and a clock in, outputs out.
+    "groups": Rule(("records", "errors", "types"), sans_io=True),
+    "queues": Rule(("records", "errors", "types"), sans_io=True),
+    "routing": Rule(("records", "errors", "types"), sans_io=True),
+    "flow": Rule(("records", "errors", "types"), sans_io=True),
+    "replication": Rule(("records", "errors", "types"), sans_io=True),
+    "security": Rule(("records", "errors", "types"), sans_io=True),
+    # The protocol-neutral model: imports no protocol.
+    "broker": Rule(
+        (
+            *("types", "errors", "settings", "records", "storage"),
+            *("groups", "queues", "routing", "flow", "replication", "security"),
+        )
+    ),
+    # Thin adapters over the broker; never each other (see ADAPTER_SHARED below).
+    "protocols": Rule(
+        ("types", "errors", "settings", "records", "broker", "flow", "groups", "storage.errors")
+    ),
+    "server": Rule(("protocols", "broker", "settings", "types", "errors")),
+    # The metrics name every Kafka API from the adapter's own table.
+    "admin": Rule(
+        ("broker", "settings", "types", "errors", "__version__", "protocols.kafka.dispatch")
+    ),
     "spark": Rule(()),  # talks to the broker through a Kafka client only
     # A client of any broker: runs `weirmq serve` as a process, reads only default settings.
-    "bench": Rule(("__version__", "broker.settings")),
+    "bench": Rule(("__version__", "settings")),
     "cli": Rule(EVERYTHING),
     "testing": Rule(EVERYTHING),
     "__init__": Rule(()),  # src/weirmq/__init__.py: importing weirmq stays cheap
     "__main__": Rule(("cli",)),
 }
+ADAPTER_SHARED = "weirmq.protocols.contract"
+"""What every protocol adapter may import from `weirmq.protocols` besides itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,17 +144,30 @@ def _within(target: str, prefix: str) -> bool:
     return target == prefix or target.startswith(prefix + ".")
 
 
-def check_import(part: str, rule: Rule, target: str) -> str | None:
-    """Why ``part`` may not import ``target``, or None when it may."""
+def check_import(part: str, rule: Rule, target: str, module: str = "") -> str | None:
+    """Why ``part`` (module ``module``) may not import ``target``, or None when it may."""
     top = target.split(".")[0]
     if rule.sans_io and top in IO_MODULES:
         return f"{part}/ is sans-I/O and may not import {top}"
+    if part == "protocols":
+        return _check_adapter(module, target)
     if not _within(target, "weirmq") or _within(target, f"weirmq.{part}"):
         return None
     allowed = [f"weirmq.{name}" if name else "weirmq" for name in rule.may_import]
     if any(_within(target, prefix) for prefix in allowed):
         return None
     return f"{part} may import only {', '.join(allowed) or 'nothing of weirmq'}"
+
+
+def _check_adapter(module: str, target: str) -> str | None:
+    """The protocols rule, and: one adapter (weirmq.protocols.<name>) may not import
+    another; all of them may import the shared contract."""
+    if not _within(target, "weirmq.protocols"):
+        return check_import("protocols (adapters)", RULES["protocols"], target)
+    own = ".".join(module.split(".")[:3])
+    if _within(target, ADAPTER_SHARED) or _within(target, own) or target == "weirmq.protocols":
+        return None
+    return f"{own} is one protocol adapter and may not import another ({target})"
 
 
 def check_file(path: Path, package_root: Path) -> list[Violation]:
@@ -147,7 +184,7 @@ def check_file(path: Path, package_root: Path) -> list[Violation]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = []
     for line, target in imported_names(tree, module, is_package):
-        reason = check_import(part, rule, target)
+        reason = check_import(part, rule, target, module)
         if reason is not None:
             found.append(Violation(path, line, target, reason))
     return found
@@ -171,10 +208,10 @@ def test_source_tree_follows_the_layering_rules() -> None:
 def test_checker_reports_forbidden_imports(tmp_path: Path) -> None:
     sources = {
         "__init__.py": "",
-        "wire/__init__.py": "",
-        "wire/records.py": (
+        "records/__init__.py": "",
+        "records/batch.py": (
             "from typing import TYPE_CHECKING\n"
-            "from . import errors\n"  # allowed: wire importing itself
+            "from . import compression\n"  # allowed: records importing itself
             "if TYPE_CHECKING:\n"
             "    from ..storage import log\n"  # line 4: relative, type-only
             "def now() -> float:\n"
@@ -182,8 +219,14 @@ def test_checker_reports_forbidden_imports(tmp_path: Path) -> None:
             "    return time.time()\n"
         ),
         "storage/log.py": (
-            "from weirmq.wire.records import RecordBatch\n"  # allowed
-            "from weirmq.wire import framing\n"  # line 2: not the record-batch codec
+            "from weirmq.records.batch import RecordBatch\n"  # allowed
+            "from weirmq.protocols.kafka import wire\n"  # line 2: a protocol
+        ),
+        "protocols/amqp/channel.py": (
+            "from weirmq.protocols.contract import Reply\n"  # allowed: shared by adapters
+            "from weirmq.protocols.amqp import frames\n"  # allowed: itself
+            "from weirmq.protocols.kafka.wire import fast\n"  # line 3: another adapter
+            "from weirmq.server import connection\n"  # line 4: the layer above
         ),
         "admin/api.py": "import importlib\nimportlib.import_module('weirmq.storage.log')\n",
         "extras.py": "",  # line 1: no rule for weirmq.extras
@@ -197,12 +240,16 @@ def test_checker_reports_forbidden_imports(tmp_path: Path) -> None:
 
     found = {(str(v.path.relative_to(package_root)), v.line, v.target) for v in violations}
     assert found == {
-        ("wire/records.py", 4, "weirmq.storage.log"),
-        ("wire/records.py", 6, "time"),
-        ("storage/log.py", 2, "weirmq.wire.framing"),
+        ("records/batch.py", 4, "weirmq.storage.log"),
+        ("records/batch.py", 6, "time"),
+        ("storage/log.py", 2, "weirmq.protocols.kafka.wire"),
+        ("protocols/amqp/channel.py", 3, "weirmq.protocols.kafka.wire.fast"),
+        ("protocols/amqp/channel.py", 4, "weirmq.server.connection"),
         ("admin/api.py", 2, "weirmq.storage.log"),
         ("extras.py", 1, "weirmq.extras"),
     }
-    message = str(next(v for v in violations if v.target == "weirmq.wire.framing"))
+    message = str(next(v for v in violations if v.target == "weirmq.protocols.kafka.wire"))
     assert message.startswith(f"{package_root / 'storage' / 'log.py'}:2: ")
-    assert "'weirmq.wire.framing'" in message
+    assert "'weirmq.protocols.kafka.wire'" in message
+    crossing = next(v for v in violations if v.target.endswith("fast"))
+    assert "may not import another" in crossing.reason

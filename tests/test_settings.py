@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from weirmq.broker.settings import (
+from weirmq.settings import (
     SETTING_SPECS,
     SPECS_BY_NAME,
     Settings,
@@ -19,7 +19,7 @@ from weirmq.broker.settings import (
     parse_host_port,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATION_DOC = REPO_ROOT / "docs" / "configuration.md"
 
 

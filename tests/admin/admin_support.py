@@ -17,7 +17,8 @@ from typing import Any
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from weirmq.broker.core import Broker
-from weirmq.broker.settings import Settings
+from weirmq.broker.partition import Durability
+from weirmq.settings import Settings
 from weirmq.testing import ManualClock
 from weirmq.testing.records import make_batch
 
@@ -33,15 +34,14 @@ def make_broker(data_dir: Path, clock: ManualClock | None = None, **settings: ob
 
 
 def produce(broker: Broker, topic: str, partition: int, batches: int, records: int = 3) -> int:
-    """Append `batches` batches of `records` records, as the Produce handler does (append,
-    then tell the broker); returns the bytes appended."""
-    log = broker.partition_log(topic, partition)
-    assert log is not None
+    """Publish `batches` batches of `records` records, as the Produce handler does;
+    returns the bytes appended."""
+    found = broker.partition(topic, partition)
+    assert found is not None
     appended = 0
     for _ in range(batches):
         batch = make_batch(records, size=100)
-        log.append(batch)
-        broker.appended((topic, partition), len(batch), records)
+        found.publish(batch, Durability.WRITTEN)
         appended += len(batch)
     return appended
 

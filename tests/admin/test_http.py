@@ -27,9 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from weirmq.admin import AdminService, create_app, openapi, views
 from weirmq.broker.core import PARTITIONS_MAX, Broker
-from weirmq.broker.settings import Settings
+from weirmq.errors import ErrorCode, KafkaError
+from weirmq.settings import Settings
 from weirmq.testing import ManualClock
-from weirmq.wire.errors import ErrorCode, KafkaError
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import schemathesis
 
 from weirmq.admin import create_app, openapi
 from weirmq.broker.core import Broker
-from weirmq.broker.settings import SETTING_SPECS
+from weirmq.settings import SETTING_SPECS
 
 METHODS = {"get", "post", "put", "patch", "delete"}
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from weirmq.broker import configs
 from weirmq.broker.configs import AlterOp, ConfigSource, InvalidConfigError
-from weirmq.broker.settings import Settings
+from weirmq.settings import Settings
 from weirmq.storage.config import TimestampType
 
 CONFIGURATION_DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

@@ -28,8 +28,8 @@ from weirmq.broker.producers import (
     SnapshotError,
     last_sequence,
 )
-from weirmq.wire.errors import ErrorCode, KafkaError
-from weirmq.wire.records import ATTR_CONTROL, Record, encode_batch, parse_header
+from weirmq.errors import ErrorCode, KafkaError
+from weirmq.records.batch import ATTR_CONTROL, Record, encode_batch, parse_header
 
 PID = 1000
 T0_MS = 1_700_000_000_000

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from weirmq.errors import ErrorCode
 from weirmq.groups.classic import (
     TRANSITIONS,
     ClassicGroup,
@@ -23,7 +24,6 @@ from weirmq.groups.classic import (
     SyncResult,
 )
 from weirmq.groups.errors import GroupError
-from weirmq.wire.errors import ErrorCode
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000

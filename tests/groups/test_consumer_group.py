@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from kio.schema.consumer_group_describe.v0 import response as describe_v0
 from kio.schema.consumer_group_describe.v1 import response as describe_v1
 
+from weirmq.errors import ErrorCode
 from weirmq.groups.consumer import (
     TRANSITIONS,
     ConsumerGroup,
@@ -31,7 +32,6 @@ from weirmq.groups.consumer import (
 )
 from weirmq.groups.errors import GroupError
 from weirmq.groups.views import GroupView, MemberView
-from weirmq.wire.errors import ErrorCode
 
 SESSION_MS = 45_000
 HEARTBEAT_MS = 5_000

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 import pytest
 
+from weirmq.errors import ErrorCode
 from weirmq.groups import consumer as kip848
 from weirmq.groups.classic import ClassicSettings, JoinRequest, JoinResult, State, SyncResult
 from weirmq.groups.coordinator import CommitRequest, CoordinatorSettings, GroupCoordinator
 from weirmq.groups.errors import GroupError
-from weirmq.wire.errors import ErrorCode
 
 DAY_MS = 24 * 3600 * 1000
 TOPIC_ID = uuid.uuid4()

@@ -23,9 +23,8 @@ from kio.records.schema import RecordHeader as KioHeader
 from kio.records.writers import write_new_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
-from weirmq.wire.compression import GZIP, LZ4, SNAPPY, ZSTD
-from weirmq.wire.errors import ErrorCode
-from weirmq.wire.records import (
+from weirmq.errors import ErrorCode
+from weirmq.records.batch import (
     HEADER_BYTES,
     InvalidRecordError,
     MessageTooLargeError,
@@ -37,6 +36,7 @@ from weirmq.wire.records import (
     stamped_header,
     validate_batches,
 )
+from weirmq.records.compression import GZIP, LZ4, SNAPPY, ZSTD
 
 records_strategy = st.lists(
     st.builds(

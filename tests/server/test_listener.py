@@ -23,9 +23,10 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_reader, entity_writer
 
 from weirmq.broker.core import Broker
-from weirmq.broker.dispatch import Dispatcher
-from weirmq.broker.settings import Settings
+from weirmq.broker.partition import Durability
+from weirmq.protocols.kafka.dispatch import Dispatcher
 from weirmq.server.listener import KafkaServer
+from weirmq.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -183,8 +184,9 @@ def test_a_waiting_fetch_is_woken_by_a_produce(tmp_path: Path) -> None:
             await asyncio.sleep(0.2)
             from weirmq.testing.records import make_batch
 
-            broker.partition_log("events", 0).append(make_batch(3))  # type: ignore[union-attr]
-            broker.appended(("events", 0))
+            events = broker.partition("events", 0)
+            assert events is not None
+            events.publish(make_batch(3), Durability.WRITTEN)  # wakes the waiting fetch
             correlation_id, body = await asyncio.wait_for(read_response(reader), 5)
             assert correlation_id == 1
             response, _ = entity_reader(load_response_schema(1, 12))(body[1:], 0)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from conftest import LogFactory
 
+from weirmq.errors import ErrorCode, KafkaError
+from weirmq.records.batch import parse_header, record_timestamps
 from weirmq.storage.config import LogConfig, TimestampType
 from weirmq.storage.errors import OffsetOutOfRangeError
 from weirmq.storage.interface import TimestampOffset
 from weirmq.testing import ManualClock
 from weirmq.testing.records import make_batch, read_all, split_batches
-from weirmq.wire.errors import ErrorCode, KafkaError
-from weirmq.wire.records import parse_header, record_timestamps
 
 SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=128)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from weirmq.errors import ErrorCode
+from weirmq.records.batch import parse_header
 from weirmq.storage.config import LogConfig
 from weirmq.storage.errors import DiskFullError, LogOfflineError
 from weirmq.storage.handles import HandleCache
@@ -15,8 +17,6 @@ from weirmq.storage.index import OffsetIndex, TimeIndex
 from weirmq.storage.log import FileLog
 from weirmq.testing import ManualClock
 from weirmq.testing.records import make_batch, read_all
-from weirmq.wire.errors import ErrorCode
-from weirmq.wire.records import parse_header
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 

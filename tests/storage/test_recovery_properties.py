@@ -23,6 +23,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from weirmq.records.batch import parse_header, record_timestamps
 from weirmq.storage.config import LogConfig
 from weirmq.storage.errors import LogOfflineError
 from weirmq.storage.handles import HandleCache
@@ -30,7 +31,6 @@ from weirmq.storage.log import FileLog
 from weirmq.storage.memory import MemoryLog
 from weirmq.testing import ManualClock
 from weirmq.testing.records import make_batch, read_all
-from weirmq.wire.records import parse_header, record_timestamps
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=150)
 PROPERTY_SETTINGS = settings(

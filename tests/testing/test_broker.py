@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from weirmq.broker.settings import SettingsError
+from weirmq.settings import SettingsError
 from weirmq.testing import Broker
 
 pytestmark = pytest.mark.integration

@@ -45,9 +45,9 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
 from weirmq.broker.core import Broker
-from weirmq.broker.groups import GroupView
-from weirmq.broker.settings import Settings, parse_host_port
+from weirmq.broker.group_service import GroupView
 from weirmq.broker.topics import Topic
+from weirmq.settings import Settings, parse_host_port
 
 from . import openapi, views
 from .errors import (

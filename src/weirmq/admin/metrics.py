@@ -46,8 +46,8 @@ from prometheus_client.registry import Collector
 
 from weirmq import __version__
 from weirmq.broker.core import Broker
-from weirmq.broker.dispatch import API_VERSIONS
 from weirmq.broker.stats import ApiStats
+from weirmq.protocols.kafka.dispatch import API_VERSIONS
 
 from .views import uptime_ms
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from weirmq import __version__
 from weirmq.broker.core import PARTITIONS_MAX
-from weirmq.broker.settings import (
+from weirmq.settings import (
     ADVERTISED_ADDRESS,
     BOOLEAN,
     DIRECTORY,

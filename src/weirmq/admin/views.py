@@ -24,9 +24,9 @@ from typing import Protocol
 from weirmq import __version__
 from weirmq.broker.configs import ConfigSource
 from weirmq.broker.core import Broker
-from weirmq.broker.groups import GroupView, MemberView
-from weirmq.broker.settings import Settings
+from weirmq.broker.group_service import GroupView, MemberView
 from weirmq.broker.topics import Topic
+from weirmq.settings import Settings
 
 JsonObject = dict[str, object]
 

@@ -75,7 +75,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from weirmq.bench.results import machine_info, save_results, table
 from weirmq.bench.target import BrokerProcess, ExternalBroker, Target
-from weirmq.broker.settings import Settings
+from weirmq.settings import Settings
 
 CTX = multiprocessing.get_context("spawn")  # librdkafka's threads do not survive fork()
 TOPIC = "rebalance"

@@ -35,9 +35,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
+from ..errors import ErrorCode, KafkaError
+from ..settings import Settings
 from ..storage.config import DAY_MS, LogConfig, TimestampType
-from ..wire.errors import ErrorCode, KafkaError
-from .settings import Settings
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -1,51 +1,55 @@
-"""The broker's state: topics, partition logs, producer state, fetch waiters.
+"""The broker: the protocol-neutral model every protocol adapter calls.
 
-One `Broker` owns one data directory. Everything here runs on the event loop's thread
-except fsyncs, which the storage layer's group committer runs on its own thread; the
-loop awaits an asyncio future that the committer's callback settles through
-`call_soon_threadsafe` (`durable`), so a slow disk never stalls the loop.
+One `Broker` owns one data directory, locked for its lifetime (`storage.lock`): a second
+broker on the same directory refuses to start instead of interleaving writes with ours.
+It wires together:
 
-Writers and readers of a partition meet in two places:
+- topics (`topics.TopicRegistry`) and their configs;
+- one `Partition` per topic-partition (`partition.py`): the log, high watermark, leader
+  epoch, producer (idempotence) state, waiting readers and the durability policy. Every
+  write from every protocol goes through `Partition.publish`, every read through
+  `Partition.read`, every long poll through `wait_for_data`;
+- the group coordinator and its services (`group_service`: its log, its timer);
+- statistics (`stats`), fed by an append listener, so no writer counts by hand;
+- one clock and one timer service, injected (`weirmq.types`): record timestamps, group
+  deadlines and fetch long polls all run on them, so a test steps them together.
 
-- the log itself: an append is synchronous on the loop thread, so requests are appended
-  in the order they arrive, which idempotent producers rely on;
-- fetch waiters: a long-polling fetch registers one future on every partition it reads;
-  an append resolves the futures of its partition, and the fetch reads again.
+Everything here runs on the event loop's thread except fsyncs, which the storage layer's
+group committer runs on its own thread; a writer awaits an asyncio future that the
+committer's callback settles through `call_soon_threadsafe` (`Partition.durable`), so a
+slow disk never stalls the loop.
 
-Producer state (idempotence) is per partition. On a clean shutdown it is snapshotted into
-each partition directory; on start the snapshot is restored and the log after it replayed.
-Without a usable snapshot (after a crash) the whole log is replayed: only batch headers
-are looked at, and retention bounds how much there is.
+Producer state is snapshotted into each partition directory on a clean stop; on start the
+snapshot is restored and the log after it replayed (the whole log after a crash: only
+batch headers are read, and retention bounds how much there is).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 
+from ..errors import KafkaError
 from ..groups import consumer as kip848
 from ..groups.classic import ClassicSettings
 from ..groups.coordinator import CoordinatorSettings, GroupCoordinator
 from ..groups.views import GroupView, PartitionLag
-from ..storage.checkpoint import write_atomically
+from ..settings import Settings
 from ..storage.config import LogConfig
-from ..storage.errors import OffsetOutOfRangeError, StorageError
+from ..storage.errors import OffsetOutOfRangeError
+from ..storage.lock import DataDirLock
 from ..storage.log import FileLog
 from ..storage.manager import LogManager, StorageSettings
-from ..wire.errors import KafkaError
+from ..types import Clock, Timers, TopicPartition
 from . import configs
 from .configs import ConfigEntry
-from .groups import OFFSETS_TOPIC, GroupTimer, OffsetsLog, group_lag
-from .producers import PartitionProducers, SnapshotError
-from .scan import scan_batch_headers
-from .settings import Settings
+from .group_service import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, GroupTimer, OffsetsLog, group_lag
+from .partition import LEADER_EPOCH, Partition, wait_any
 from .stats import BrokerStats
+from .timers import LoopTimers
 from .topics import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -60,14 +64,12 @@ from .topics import (
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
-PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
+__all__ = ["INTERNAL_TOPICS", "LEADER_EPOCH", "Broker", "Partition", "TopicPartition"]
+
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 """Written only by the broker itself; clients may read them, not produce or delete."""
 PARTITIONS_MAX = 100_000
 """Partitions of one topic at most: each is a directory and open files when used."""
-LEADER_EPOCH = 0
-"""A single broker never changes leader, so every partition stays at leader epoch 0."""
 
 
 def wall_clock_ms() -> int:
@@ -77,12 +79,24 @@ def wall_clock_ms() -> int:
 class Broker:
     """See the module docstring."""
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, clock: Clock | None = None, timers: Timers | None = None
+    ) -> None:
         self.settings = settings
-        self.clock = clock or wall_clock_ms
+        self.clock: Clock = clock or wall_clock_ms
+        self.timers: Timers = timers or LoopTimers(self.clock)
         self.node_id = settings.node_id
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        self._dir_lock = DataDirLock.acquire(data_dir)
+        try:
+            self._open(data_dir)
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+    def _open(self, data_dir: Path) -> None:
+        settings = self.settings
         self.cluster_id = load_cluster_id(data_dir, settings.node_id)
         self.topics = TopicRegistry(data_dir)
         self.logs = LogManager(
@@ -93,32 +107,28 @@ class Broker:
             ),
             config_for=self.log_config,
         )
+        self.stats = BrokerStats()
+        self.append_listeners: list[Callable[[TopicPartition, int, int], None]] = [
+            self._count_append
+        ]
+        """Called after every append with (partition, bytes, records); see Partition."""
+        self.partitions: dict[TopicPartition, Partition] = {}
         self._adopt_orphans()
-        # Derived from the topics' configs, kept as a set because Produce asks per batch;
-        # `_apply_configs` and `delete_topic` keep it in step.
-        self._no_fsync = {
-            t.name for t in self.topics if not configs.acks_all_fsync(settings, t.configs)
-        }
         self.producer_ids = ProducerIdAllocator(data_dir)
-        self.producers: dict[TopicPartition, PartitionProducers] = {}
-        for tp, partition_log in self.logs.logs().items():
-            self.producers[tp] = self._load_producers(partition_log)
-        self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
+        for partition in self.partitions.values():
+            partition.load_producers()
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         self.closing = False
-        self.stats = BrokerStats()
         self.started_ms = self.clock()
-        self.current_client: tuple[str, str] = ("", "")
-        """(client id, "/host") of the request being handled; set by the dispatcher."""
         self.groups = GroupCoordinator(
             coordinator_settings(settings),
             self._write_group_records,
             partitions_of=self._partition_count,
             topics=self._topic_infos,
         )
-        self.offsets_log = OffsetsLog(self)
+        self.offsets_log = OffsetsLog(self.groups, self._offsets_partition, self.clock)
         self.offsets_log.load()
-        self.group_timer = GroupTimer(self)
+        self.group_timer = GroupTimer(self.groups, self.clock, self.timers)
 
     # --- topics -------------------------------------------------------------------------
 
@@ -127,10 +137,6 @@ class Broker:
         known = self.topics.get(topic)
         return configs.log_config(self.settings, known.configs if known else {})
 
-    def acks_all_fsync(self, topic: str) -> bool:
-        """Whether acks=all waits for an fsync on `topic` (weirmq.acks.all.fsync)."""
-        return topic not in self._no_fsync
-
     def _adopt_orphans(self) -> None:
         counts: dict[str, int] = {}
         for topic, partition in self.logs.logs():
@@ -138,7 +144,7 @@ class Broker:
         self.topics.adopt(counts)
         for known in self.topics:
             for partition in range(known.partitions):
-                self.logs.create(known.name, partition)
+                self._add_partition(known.name, partition, known.configs)
 
     def topic(self, name: str, *, auto_create: bool) -> Topic:
         """The topic, created with the default partition count when allowed and missing.
@@ -171,13 +177,27 @@ class Broker:
         created = self.topics.create(name, partitions, overrides)
         self._apply_configs(created)
         for partition in range(partitions):
-            self._add_partition(name, partition)
+            self._add_partition(name, partition, overrides)
         log.info("created topic %r with %d partition(s)", name, partitions)
         return created
 
-    def _add_partition(self, name: str, partition: int) -> None:
-        self.logs.create(name, partition, self.log_config(name))
-        self.producers[(name, partition)] = PartitionProducers()
+    def _add_partition(
+        self, name: str, index: int, overrides: Mapping[str, str] | None = None
+    ) -> Partition:
+        """The partition's log (opened, or created empty) wrapped in its `Partition`."""
+        found = self.logs.get(name, index)
+        if found is None:
+            found = self.logs.create(name, index, self.log_config(name))
+        tp = TopicPartition(name, index)
+        partition = self.partitions[tp] = Partition(
+            tp,
+            found,
+            logs=self.logs,
+            clock=self.clock,
+            listeners=self.append_listeners,
+            fsync_acks_all=configs.acks_all_fsync(self.settings, overrides or {}),
+        )
+        return partition
 
     def known_topic(self, name: str) -> Topic:
         found = self.topics.get(name)
@@ -194,17 +214,16 @@ class Broker:
         topic = self.known_topic(name)
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{name} is an internal topic and cannot be deleted")
-        for partition in range(topic.partitions):
-            tp = (name, partition)
-            self.logs.delete(name, partition)
-            self.producers.pop(tp, None)
-            self.appended(tp)  # waiting fetches answer UNKNOWN_TOPIC_OR_PARTITION now
+        for index in range(topic.partitions):
+            self.logs.delete(name, index)
+            gone = self.partitions.pop(TopicPartition(name, index), None)
+            if gone is not None:
+                gone.wake()  # waiting fetches answer UNKNOWN_TOPIC_OR_PARTITION now
         self.topics.delete(name)
         try:
             self.groups.forget_topic(name)
         except KafkaError as exc:  # the offsets log refused; they go with their group
             log.error("offsets of deleted topic %r not removed: %s", name, exc)
-        self._no_fsync.discard(name)
         self.stats.forget_topic(name)
         log.info("deleted topic %r", name)
 
@@ -221,7 +240,7 @@ class Broker:
             return Topic(name, topic.topic_id, total, topic.configs)
         grown = self.topics.set_partitions(name, total)
         for partition in range(topic.partitions, total):
-            self._add_partition(name, partition)
+            self._add_partition(name, partition, topic.configs)
         log.info("topic %r grown to %d partitions", name, total)
         return grown
 
@@ -270,42 +289,52 @@ class Broker:
 
     def _apply_configs(self, topic: Topic) -> None:
         config = configs.log_config(self.settings, topic.configs)
-        for partition in range(topic.partitions):
-            partition_log = self.logs.get(topic.name, partition)
-            if partition_log is not None:
-                partition_log.config = config
-        if configs.acks_all_fsync(self.settings, topic.configs):
-            self._no_fsync.discard(topic.name)
-        else:
-            self._no_fsync.add(topic.name)
+        fsync = configs.acks_all_fsync(self.settings, topic.configs)
+        for index in range(topic.partitions):
+            partition = self.partitions.get(TopicPartition(topic.name, index))
+            if partition is not None:
+                partition.log.config = config
+                partition.fsync_acks_all = fsync
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
         """Move the partition's log start to `offset` (-1: the high watermark); returns
         the new log start (DeleteRecords' low watermark). Checkpointed before returning."""
-        partition_log = self.partition_log(name, partition)
-        if partition_log is None:
+        found = self.partition(name, partition)
+        if found is None:
             raise UnknownTopicError(f"unknown topic or partition {name}-{partition}")
         if offset == -1:
-            offset = partition_log.log_end_offset
+            offset = found.high_watermark
         if offset < 0:
             raise OffsetOutOfRangeError(f"cannot delete records below offset {offset}")
-        low_watermark = partition_log.advance_log_start(offset)
+        low_watermark = found.log.advance_log_start(offset)
         self.logs.write_checkpoints()
         return low_watermark
 
-    def partition_log(self, topic: str, partition: int) -> FileLog | None:
-        return self.logs.get(topic, partition)
+    def partition(self, topic: str, index: int) -> Partition | None:
+        """The partition, or None when the topic or the partition does not exist."""
+        return self.partitions.get(TopicPartition(topic, index))
 
-    def partition_producers(self, tp: TopicPartition) -> PartitionProducers:
-        state = self.producers.get(tp)
-        if state is None:
-            state = self.producers[tp] = PartitionProducers()
-        return state
+    def partition_log(self, topic: str, index: int) -> FileLog | None:
+        found = self.partitions.get(TopicPartition(topic, index))
+        return None if found is None else found.log
+
+    def _count_append(self, tp: TopicPartition, size_bytes: int, records: int) -> None:
+        stats = self.stats.topic(tp[0])
+        stats.bytes_in += size_bytes
+        stats.records_in += records
 
     # --- groups -------------------------------------------------------------------------
 
     def _write_group_records(self, pairs: list[tuple[bytes, bytes | None]]) -> None:
         self.offsets_log.write(pairs)
+
+    def _offsets_partition(self, create: bool) -> Partition | None:
+        """The coordinator's log partition; the internal topic is made on first use."""
+        found = self.partitions.get(TopicPartition(OFFSETS_TOPIC, 0))
+        if found is None and create:
+            self.create_topic(OFFSETS_TOPIC, 1, OFFSETS_TOPIC_CONFIGS)
+            found = self.partitions[TopicPartition(OFFSETS_TOPIC, 0)]
+        return found
 
     def _partition_count(self, topic: str) -> int | None:
         found = self.topics.get(topic)
@@ -326,104 +355,29 @@ class Broker:
 
     def group_lag(self, group_id: str) -> list[PartitionLag]:
         """Per partition the group committed or owns: committed offset, log end, lag."""
-        return group_lag(self, group_id)
+        return group_lag(self.groups, self.partition, group_id)
 
     def delete_group(self, group_id: str) -> None:
         """Delete an empty group and its offsets (GroupError when not possible)."""
         self.groups.delete_group(group_id, self.clock())
 
-    # --- fetch waiters ------------------------------------------------------------------
+    # --- waiting readers ----------------------------------------------------------------
 
-    def appended(self, tp: TopicPartition, size_bytes: int = 0, records: int = 0) -> None:
-        """New data in `tp` (`size_bytes` of batches holding `records`): count it and wake
-        every fetch waiting on it."""
-        if size_bytes:
-            stats = self.stats.topic(tp[0])
-            stats.bytes_in += size_bytes
-            stats.records_in += records
-        waiters = self._waiters.pop(tp, None)
-        if waiters:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-
-    async def wait_for_data(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
-        """Return when one of `tps` gets an append, the broker closes, or after
-        `timeout_s`, whichever is first."""
-        if self.closing or timeout_s <= 0:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        registered = []
-        for tp in tps:
-            self._waiters[tp].append(waiter)
-            registered.append(tp)
-        try:
-            await asyncio.wait_for(waiter, timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            for tp in registered:
-                waiting = self._waiters.get(tp)
-                if waiting is not None and waiter in waiting:
-                    waiting.remove(waiter)
-                    if not waiting:
-                        del self._waiters[tp]
+    def wait_for_data(
+        self, tps: Iterable[TopicPartition], deadline_ms: int
+    ) -> Awaitable[None] | None:
+        """An awaitable that returns when one of `tps` gets an append, the broker closes,
+        or the clock reaches `deadline_ms`; None if there is nothing to wait for."""
+        if self.closing:
+            return None
+        found = [p for p in map(self.partitions.get, tps) if p is not None]
+        return wait_any(found, deadline_ms, self.timers, self.clock)
 
     def wake_all(self) -> None:
         """Answer everything that waits: fetch long polls, group joins and syncs."""
-        for tp in list(self._waiters):
-            self.appended(tp)
+        for partition in self.partitions.values():
+            partition.wake()
         self.groups.abort_waiting()
-
-    # --- durability ---------------------------------------------------------------------
-
-    async def durable(self, partition_log: FileLog, offset: int) -> None:
-        """Return once `partition_log` is fsynced below `offset` (group commit); raises
-        what failed the fsync."""
-        if partition_log.flushed_offset >= offset:
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[int] = loop.create_future()
-
-        def on_flusher_thread(result: int | BaseException) -> None:
-            # RuntimeError: the loop is closed, so nobody is waiting any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, result)
-
-        self.logs.when_durable(partition_log, offset, on_flusher_thread)
-        await future
-
-    # --- producer state -----------------------------------------------------------------
-
-    def _load_producers(self, partition_log: FileLog) -> PartitionProducers:
-        state, start = PartitionProducers(), partition_log.log_start_offset
-        path = partition_log.directory / PRODUCER_SNAPSHOT_FILE
-        if path.exists():
-            try:
-                restored, covered = PartitionProducers.restore(path.read_bytes())
-                if partition_log.log_start_offset <= covered <= partition_log.log_end_offset:
-                    state, start = restored, covered
-            except (SnapshotError, OSError) as exc:
-                log.warning("%s: ignoring producer snapshot (%s); replaying the log", path, exc)
-        if partition_log.offline_reason is not None:
-            return state
-        try:
-            for header in scan_batch_headers(partition_log, start):
-                state.replay(header)
-        except StorageError as exc:
-            log.error("%s: producer state not rebuilt: %s", partition_log.directory.name, exc)
-        return state
-
-    def _save_producer_snapshots(self) -> None:
-        for tp, partition_log in self.logs.logs().items():
-            state = self.producers.get(tp)
-            if state is None or partition_log.offline_reason is not None:
-                continue
-            path = partition_log.directory / PRODUCER_SNAPSHOT_FILE
-            try:
-                write_atomically(path, state.snapshot(partition_log.log_end_offset))
-            except OSError as exc:
-                log.error("%s: producer snapshot not written: %s", path, exc)
 
     # --- housekeeping and shutdown ------------------------------------------------------
 
@@ -431,8 +385,8 @@ class Broker:
         """Retention, time-based rolls and producer expiry; called periodically."""
         self.logs.housekeeping()
         now = self.clock()
-        for state in self.producers.values():
-            state.expire(now, self.settings.producer_id_expiration_ms)
+        for partition in self.partitions.values():
+            partition.producers.expire(now, self.settings.producer_id_expiration_ms)
         try:
             self.groups.expire_offsets(now)
         except Exception:
@@ -444,16 +398,9 @@ class Broker:
         self.group_timer.cancel()
         self.wake_all()
         self.logs.close()
-        self._save_producer_snapshots()
-
-
-def _settle(future: asyncio.Future[int], result: int | BaseException) -> None:
-    if future.done():  # the waiting request was cancelled (its connection closed)
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
+        for partition in self.partitions.values():
+            partition.save_producers()
+        self._dir_lock.release()
 
 
 def coordinator_settings(settings: Settings) -> CoordinatorSettings:

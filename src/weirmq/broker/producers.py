@@ -73,8 +73,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from weirmq.wire.errors import ErrorCode, KafkaError
-from weirmq.wire.records import BatchHeader
+from weirmq.errors import ErrorCode, KafkaError
+from weirmq.records.batch import BatchHeader
 
 __all__ = [
     "DEFAULT_MAX_PRODUCERS",

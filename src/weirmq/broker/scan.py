@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..records.batch import HEADER_BYTES, BatchHeader, parse_header
 from ..storage.log import FileLog
-from ..wire.records import HEADER_BYTES, BatchHeader, parse_header
 
 _SCAN_CHUNK_BYTES = 1 << 20
 

@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..errors import ErrorCode, KafkaError
 from ..storage.checkpoint import write_atomically
-from ..wire.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 import click
 
 from weirmq import __version__
-from weirmq.broker.settings import Settings, SettingsError, load_settings
 from weirmq.cli.lazy import add_client_commands
+from weirmq.settings import Settings, SettingsError, load_settings
 
 USAGE_EXIT_CODE = 2
 STARTUP_FAILED_EXIT_CODE = 1
@@ -90,6 +90,7 @@ def serve(
     _skip_test_only_imports()
     from weirmq.server.run import serve as run_broker
     from weirmq.server.run import tune_malloc
+    from weirmq.storage.lock import DataDirLockedError
 
     logging.basicConfig(
         level=log_level.upper(),
@@ -100,7 +101,9 @@ def serve(
     services = [] if settings.admin_listen is None else [_DeferredAdmin(settings)]
     try:
         asyncio.run(run_broker(settings, services=services))
-    except OSError as exc:  # the address is taken, the data directory is unwritable, ...
+    except (OSError, DataDirLockedError) as exc:
+        # The address is taken, the data directory is unwritable or another broker holds
+        # it: the message says what to fix, a traceback would only bury it.
         click.echo(f"weirmq serve: cannot start: {exc}", err=True)
         sys.exit(STARTUP_FAILED_EXIT_CODE)
     except KeyboardInterrupt:  # a second Ctrl-C during the orderly stop

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ..wire.errors import ErrorCode
+from ..errors import ErrorCode
 from . import protocol as consumer_protocol
 from .errors import GroupError
 from .records import GroupValue, MemberRecord

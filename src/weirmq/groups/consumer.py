@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Final, TypedDict
 
-from ..wire.errors import ErrorCode
+from ..errors import ErrorCode
 from .assignors import ASSIGNORS, TopicPartition
 from .errors import GroupError
 from .views import GroupView, MemberView

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..wire.errors import ErrorCode
+from ..errors import ErrorCode
 from . import consumer as kip848
 from .classic import ClassicGroup, ClassicSettings, JoinCallback, JoinRequest, State, SyncCallback
 from .errors import GroupError

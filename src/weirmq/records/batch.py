@@ -39,8 +39,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from ..errors import ErrorCode, KafkaError
 from .compression import decompress
-from .errors import ErrorCode, KafkaError
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
 HEADER_BYTES = 61

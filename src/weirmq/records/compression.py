@@ -17,7 +17,7 @@ import zlib
 
 import cramjam
 
-from .errors import ErrorCode, KafkaError
+from ..errors import ErrorCode, KafkaError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}

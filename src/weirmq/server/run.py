@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..broker.core import Broker
-from ..broker.dispatch import Dispatcher
-from ..broker.settings import Settings, parse_host_port
+from ..protocols.kafka.dispatch import Dispatcher
+from ..settings import Settings, parse_host_port
 from .listener import KafkaServer
 
 log = logging.getLogger(__name__)

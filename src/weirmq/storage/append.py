@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..wire.records import (
+from ..records.batch import (
     NO_TIMESTAMP,
     BatchHeader,
     RecordListTooLargeError,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..wire.errors import ErrorCode, KafkaError
+from ..errors import ErrorCode, KafkaError
 
 
 class StorageError(KafkaError):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..wire.records import BatchHeader
+from ..records.batch import BatchHeader
 
 Clock = Callable[[], int]
 """Wall-clock milliseconds, injected so tests can step time."""

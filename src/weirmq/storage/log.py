@@ -39,7 +39,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..wire.records import BatchHeader
+from ..records.batch import BatchHeader
 from .append import prepare_append
 from .config import LogConfig
 from .errors import DiskFullError, LogOfflineError, OffsetOutOfRangeError, StorageError

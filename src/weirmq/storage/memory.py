@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..wire.records import BatchHeader, record_timestamps
+from ..records.batch import BatchHeader, record_timestamps
 from .append import prepare_append
 from .config import LogConfig
 from .errors import OffsetOutOfRangeError

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from ..wire.records import (
+from ..records.batch import (
     HEADER_BYTES,
     MAGIC,
     BatchHeader,

@@ -73,7 +73,7 @@ class Broker:
         """Start serving; returns once clients can connect. Raises what stopped the start."""
         if self._thread is not None:
             raise RuntimeError("this Broker was already started; create a new one")
-        from weirmq.broker.settings import Settings  # imported late: keeps the plugin cheap
+        from weirmq.settings import Settings  # imported late: keeps the plugin cheap
 
         if self._data_dir is None:
             self._data_dir = Path(tempfile.mkdtemp(prefix="weirmq-test-"))

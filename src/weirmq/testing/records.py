@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..records.batch import Record, encode_batch, parse_header
 from ..storage.interface import PartitionLog
-from ..wire.records import Record, encode_batch, parse_header
 
 
 def make_batch(n: int = 1, *, ts: int = 1_000, size: int = 10, tag: bytes = b"") -> bytes:

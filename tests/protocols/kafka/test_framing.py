@@ -25,9 +25,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.writers import write_tagged_field, write_unsigned_varint
 from kio.static.primitive import i16, i32
 
-from weirmq.wire import messages
-from weirmq.wire.errors import ErrorCode
-from weirmq.wire.framing import (
+from weirmq.errors import ErrorCode
+from weirmq.protocols.kafka.wire import messages
+from weirmq.protocols.kafka.wire.framing import (
     BIG_INITIAL_BYTES,
     SCRATCH_BYTES,
     SPARE_BYTES_MAX,

@@ -23,8 +23,8 @@ from test_handlers import (  # noqa: F401 (fixture)
     request_frame,
 )
 
-from weirmq.broker import groups as group_apis
-from weirmq.broker.groups import OFFSETS_TOPIC
+from weirmq.broker import group_service
+from weirmq.broker.group_service import OFFSETS_TOPIC
 from weirmq.testing.records import make_batch
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
@@ -166,8 +166,8 @@ def test_no_offsets_topic_until_a_group_writes(client: Client) -> None:
 def test_the_log_is_compacted_and_the_state_kept(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(group_apis, "COMPACT_MIN_BYTES", 20_000)
-    monkeypatch.setitem(group_apis.OFFSETS_TOPIC_CONFIGS, "segment.bytes", "4096")
+    monkeypatch.setattr(group_service, "COMPACT_MIN_BYTES", 20_000)
+    monkeypatch.setitem(group_service.OFFSETS_TOPIC_CONFIGS, "segment.bytes", "4096")
 
     async def commit_many() -> None:
         for round_ in range(300):

@@ -36,19 +36,27 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from weirmq.broker.core import PRODUCER_SNAPSHOT_FILE, Broker
-from weirmq.broker.dispatch import API_VERSIONS, CloseConnection, Dispatcher, Outcome, Reply
-from weirmq.broker.settings import Settings
-from weirmq.storage.log import FileLog
-from weirmq.storage.manager import CLEAN_SHUTDOWN_FILE
-from weirmq.testing.records import make_batch, split_batches
-from weirmq.wire.records import (
+from weirmq.broker.core import Broker
+from weirmq.broker.partition import PRODUCER_SNAPSHOT_FILE
+from weirmq.protocols.kafka.dispatch import (
+    API_VERSIONS,
+    CloseConnection,
+    Dispatcher,
+    Outcome,
+    Reply,
+)
+from weirmq.records.batch import (
     ATTR_TRANSACTIONAL,
     BatchHeader,
     Record,
     encode_batch,
     parse_header,
 )
+from weirmq.settings import Settings
+from weirmq.storage.log import FileLog
+from weirmq.storage.manager import CLEAN_SHUTDOWN_FILE
+from weirmq.testing.records import make_batch, split_batches
+from weirmq.types import Clock, Timers
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS_KEY, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 18, 22, 23
@@ -308,9 +316,12 @@ def corrupted(batch: bytes) -> bytes:
 class Client:
     """A broker and its dispatcher, spoken to in request frames."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, clock: Clock | None = None, timers: Timers | None = None
+    ) -> None:
         self.settings = settings
-        self.broker = Broker(settings)
+        self._time = {"clock": clock, "timers": timers}
+        self.broker = Broker(settings, **self._time)  # type: ignore[arg-type]
         self.dispatcher = Dispatcher(self.broker)
         self.closed = False
 
@@ -322,7 +333,7 @@ class Client:
     def restart(self) -> None:
         """A clean shutdown, then a new broker on the same data directory."""
         self.close()
-        self.broker = Broker(self.settings)
+        self.broker = Broker(self.settings, **self._time)  # type: ignore[arg-type]
         self.dispatcher = Dispatcher(self.broker)
         self.closed = False
 

@@ -27,10 +27,10 @@ from kio.schema.request_header.v2.header import RequestHeader as KioRequestHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
-from weirmq.broker.dispatch import API_VERSIONS
-from weirmq.wire import messages
-from weirmq.wire.errors import ErrorCode
-from weirmq.wire.framing import parse_request_header
+from weirmq.errors import ErrorCode
+from weirmq.protocols.kafka.dispatch import API_VERSIONS
+from weirmq.protocols.kafka.wire import messages
+from weirmq.protocols.kafka.wire.framing import parse_request_header
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 MS = datetime.timedelta(milliseconds=1)
@@ -703,7 +703,6 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
                         "name": "retention.ms",
                         "value": "1000",
                         "read_only": False,
-                        "is_default": False,
                         "config_source": 1,
                         "is_sensitive": False,
                         "synonyms": [
@@ -1103,3 +1102,132 @@ def test_a_missing_required_field_is_a_type_error(
 ) -> None:
     with pytest.raises(TypeError, match=missing):
         messages.build_response(key, version, data)
+
+
+# --- responses: names no version has ------------------------------------------------------
+
+PRODUCE = 0
+METADATA = 3
+PRODUCE_KEYS = [version for key, version in PRODUCE_VERSIONS]
+
+
+def _produce_full(**partition: Any) -> dict[str, Any]:
+    """A ProduceResponse with something at every level: record errors, current leader."""
+    record_error = {"batch_index": 2, "batch_index_error_message": "too old"}
+    data = _produce_data(-1)
+    data["responses"][0]["partition_responses"][0] |= {
+        "log_start_offset": 0,
+        "record_errors": [record_error],
+        "error_message": "some records refused",
+        "current_leader": {"leader_id": 3, "leader_epoch": 7},
+        **partition,
+    }
+    return data | {"throttle_time": 0}
+
+
+def test_a_field_no_version_has_is_an_error_at_the_top_level() -> None:
+    data = {"throttle_time": 0, "brokers": [], "topics": [], "throttle_time_ms": 5}
+    for version in range(API_VERSIONS[METADATA].max_version + 1):
+        with pytest.raises(messages.UnknownFieldError) as caught:
+            messages.build_response(METADATA, version, data)
+        error = caught.value
+        assert isinstance(error, TypeError)
+        assert (error.where, error.unknown) == ("MetadataResponse", ("throttle_time_ms",))
+        assert "no version of MetadataResponse (API key 3) has field 'throttle_time_ms'" in str(
+            error
+        )
+        assert error.__notes__ == ["'throttle_time_ms': did you mean 'throttle_time'?"]
+
+
+def _set_at(data: dict[str, Any], path: tuple[str, ...], name: str) -> None:
+    """Add field `name` to the first mapping at `path` (field names) in `data`."""
+    for step in path:
+        data = data[step][0] if isinstance(data[step], list) else data[step]
+    data[name] = 1
+
+
+@pytest.mark.parametrize(
+    ("path", "entity", "first_version"),
+    [
+        ((), "ProduceResponse", 3),
+        (("responses",), "TopicProduceResponse", 3),
+        (("responses", "partition_responses"), "PartitionProduceResponse", 3),
+        (("responses", "partition_responses", "record_errors"), "BatchIndexAndErrorMessage", 8),
+        (("responses", "partition_responses", "current_leader"), "LeaderIdAndEpoch", 10),
+    ],
+)
+def test_a_field_no_version_has_is_an_error_at_every_depth(
+    path: tuple[str, ...], entity: str, first_version: int
+) -> None:
+    data = _produce_full()
+    _set_at(data, path, "misspelt")
+    for version in PRODUCE_KEYS:
+        if version < first_version:
+            # The version drops the whole field, unread: nothing in it reaches the client,
+            # and the versions that send it check its names.
+            messages.build_response(PRODUCE, version, data)
+            continue
+        with pytest.raises(messages.UnknownFieldError, match="'misspelt'") as caught:
+            messages.build_response(PRODUCE, version, data)
+        assert caught.value.where == ".".join(("ProduceResponse", *path))
+        assert caught.value.entity == entity
+
+
+@pytest.mark.parametrize("version", PRODUCE_KEYS)
+def test_a_misspelt_optional_field_is_refused_not_defaulted(version: int) -> None:
+    """The case this check exists for: log_start_offset has a default, so without it the
+    misspelt field would be dropped and every version would answer -1."""
+    data = _produce_data(-1)
+    data["responses"][0]["partition_responses"][0]["log_start_ofset"] = 5
+    with pytest.raises(messages.UnknownFieldError, match="'log_start_ofset'") as caught:
+        messages.build_response(PRODUCE, version, data)
+    assert caught.value.__notes__ == ["'log_start_ofset': did you mean 'log_start_offset'?"]
+
+
+def test_all_unknown_fields_of_an_object_are_named_at_once() -> None:
+    data = _produce_full(zeta=1, alpha=2)
+    with pytest.raises(messages.UnknownFieldError, match="has fields 'alpha', 'zeta'"):
+        messages.build_response(PRODUCE, 12, data)
+
+
+def test_a_field_only_newer_versions_have_is_dropped_by_older_ones() -> None:
+    data = _produce_full()  # log_start_offset v5+, record errors v8+, current_leader v10+
+    old = messages.build_response(PRODUCE, 3, data)
+    partition = _only_partition(old)
+    for name in ("log_start_offset", "record_errors", "error_message", "current_leader"):
+        assert not hasattr(partition, name)
+    new = _only_partition(messages.build_response(PRODUCE, 12, data))
+    assert (new.current_leader.leader_id, new.current_leader.leader_epoch) == (3, 7)
+    assert new.record_errors[0].batch_index_error_message == "too old"
+
+
+def test_fields_of_versions_newer_than_we_advertise_are_known_too() -> None:
+    """The names are those of every version kio has: Metadata v13 adds a top-level
+    error_code, Fetch v13 names topics by id. Both build on the versions we speak."""
+    assert API_VERSIONS[METADATA].max_version < 13
+    assert "error_code" in messages.response_field_names(METADATA)[()]
+    data = {"throttle_time": 0, "brokers": [], "topics": [], "error_code": ErrorCode.none}
+    assert messages.build_response(METADATA, 12, data).topics == ()
+    fetch = _fetch_data(None)
+    fetch["responses"][0]["topic_id"] = TOPIC_ID
+    assert messages.build_response(1, 12, fetch).responses[0].topic == "t"
+
+
+def test_field_names_are_the_union_over_versions_at_each_path() -> None:
+    names = messages.response_field_names(PRODUCE)
+    assert names is messages.response_field_names(PRODUCE)  # computed once
+    assert names[("responses", "partition_responses")] == {
+        "index",
+        "error_code",
+        "base_offset",
+        "log_append_time",
+        "log_start_offset",  # v5+
+        "record_errors",  # v8+
+        "error_message",  # v8+
+        "current_leader",  # v10+
+    }
+    assert names[("responses", "partition_responses", "current_leader")] == {
+        "leader_id",
+        "leader_epoch",
+    }
+    assert names[("node_endpoints",)] == {"node_id", "host", "port", "rack"}

@@ -17,6 +17,10 @@ What a frame can get:
 ApiVersions with a version newer than ours gets the answer every client expects: a v0
 response with UNSUPPORTED_VERSION and our version table, after which the client retries
 with the highest version we listed.
+
+Every other request is admitted by `flow.admission` first, with the request's context
+(client id, host) that the handler also gets: the decision's throttle is written into
+the response's `throttle_time_ms` here, in one place, and no handler sets it.
 """
 
 from __future__ import annotations
@@ -26,22 +30,28 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
-from ..wire import fast, messages
-from ..wire.errors import ErrorCode
-from ..wire.framing import HeaderError, parse_request_header, response_prefix
-from . import admin
-from . import groups as group_apis
-from .core import Broker
-from .fetch import handle_fetch
-from .metadata import handle_init_producer_id, handle_metadata
-from .offsets import handle_list_offsets, handle_offset_for_leader_epoch
-from .produce import handle_produce
+from ...broker.core import Broker
+from ...errors import ErrorCode
+from ...flow.admission import Admission
+from ...types import RequestContext
+from ..contract import CloseConnection as CloseConnection
+from ..contract import Reply as Reply
+from .apis import admin
+from .apis import groups as group_apis
+from .apis.fetch import handle_fetch
+from .apis.metadata import handle_init_producer_id, handle_metadata
+from .apis.offsets import handle_list_offsets, handle_offset_for_leader_epoch
+from .apis.produce import handle_produce
+from .wire import fast, messages
+from .wire.framing import HeaderError, parse_request_header, response_prefix
 
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
 API_VERSIONS_KEY = 18
-Handler = Callable[[Broker, Any, int], Any]
+Handler = Callable[[Broker, Any, int, RequestContext], Any]
+"""(broker, the decoded request, its version, who asks) -> a response dict, None (no
+answer: acks=0) or an awaitable of either."""
 
 
 class Api(NamedTuple):
@@ -89,20 +99,6 @@ API_VERSIONS: dict[int, Api] = {
 }
 
 
-class Reply(NamedTuple):
-    prefix: bytes
-    body: list[bytes | memoryview]
-    """Written in order after `prefix`; fetched records stay uncopied in their own part."""
-
-    @property
-    def size(self) -> int:
-        return len(self.prefix) + sum(len(part) for part in self.body)
-
-
-class CloseConnection(Exception):
-    """The frame cannot be answered; close the connection (the reason is logged)."""
-
-
 Outcome = Reply | None | Awaitable[Reply | None]
 
 
@@ -116,8 +112,10 @@ def _is_flexible(api_key: int, version: int) -> bool:
 class Dispatcher:
     """Turns request frames into replies for one broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, admission: Admission | None = None) -> None:
         self.broker = broker
+        self.admission = admission or Admission()
+        """Asked once per request; its throttle is stamped on the response (`_reply`)."""
 
     def handle(self, frame: bytes | memoryview, peer_host: str = "") -> Outcome:
         try:
@@ -144,18 +142,17 @@ class Dispatcher:
                 request = messages.decode_request(key, version, frame, header.body_offset)
         except messages.DecodeError as exc:
             raise CloseConnection(str(exc)) from exc
-        # Group members are described by client id and host; handlers run synchronously
-        # here, so the broker holds who is asking for exactly the duration of the call.
-        self.broker.current_client = (header.client_id or "", peer_host)
-        result = api.handler(self.broker, request, version)
+        ctx = RequestContext(header.client_id or "", peer_host, "kafka")
+        throttle_ms = self.admission.admit(ctx, len(frame), self.broker.clock()).throttle_ms
+        result = api.handler(self.broker, request, version, ctx)
         if result is None:
             self._observe(key, started)
             return None
         if isinstance(result, dict):
-            reply = _reply(key, version, header.correlation_id, result)
+            reply = _reply(key, version, header.correlation_id, result, throttle_ms)
             self._observe(key, started)
             return reply
-        return self._finish(result, key, version, header.correlation_id, started)
+        return self._finish(result, key, version, header.correlation_id, started, throttle_ms)
 
     def _observe(self, key: int, started: float) -> None:
         stats = self.broker.stats.api(key)
@@ -169,9 +166,12 @@ class Dispatcher:
         version: int,
         correlation_id: int,
         started: float,
+        throttle_ms: int,
     ) -> Reply | None:
         result = await pending
-        reply = None if result is None else _reply(key, version, correlation_id, result)
+        reply = (
+            None if result is None else _reply(key, version, correlation_id, result, throttle_ms)
+        )
         self._observe(key, started)
         return reply
 
@@ -193,9 +193,8 @@ class Dispatcher:
                 {"api_key": key, "min_version": a.min_version, "max_version": a.max_version}
                 for key, a in sorted(API_VERSIONS.items())
             ],
-            "throttle_time": 0,
         }
-        return _reply(API_VERSIONS_KEY, version, correlation_id, data)
+        return _reply(API_VERSIONS_KEY, version, correlation_id, data, 0)
 
 
 def _encode_produce(version: int, data: dict[str, Any]) -> list[bytes | memoryview]:
@@ -211,7 +210,10 @@ _FAST: dict[int, Callable[[int, dict[str, Any]], list[bytes | memoryview]]] = {
 }
 
 
-def _reply(key: int, version: int, correlation_id: int, data: dict[str, Any]) -> Reply:
+def _reply(
+    key: int, version: int, correlation_id: int, data: dict[str, Any], throttle_ms: int
+) -> Reply:
+    data["throttle_time"] = throttle_ms  # the one place: see flow/admission.py
     encoder = _FAST.get(key)
     if encoder is not None:
         body = encoder(version, data)

@@ -25,17 +25,18 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from ..wire.errors import ErrorCode, KafkaError
-from . import configs
-from .configs import ConfigSource, ConfigType
-from .core import Broker
-from .metadata import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
-from .settings import SETTING_SPECS, Settings
-from .topics import (
+from ....broker import configs
+from ....broker.configs import ConfigSource, ConfigType
+from ....broker.core import Broker
+from ....broker.topics import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     UnknownTopicError,
 )
+from ....errors import ErrorCode, KafkaError
+from ....settings import SETTING_SPECS, Settings
+from ....types import RequestContext
+from .metadata import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -66,7 +67,9 @@ def _error(exc: KafkaError) -> tuple[ErrorCode, str]:
 # --- CreateTopics ---------------------------------------------------------------------------
 
 
-def handle_create_topics(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_create_topics(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     validate_only = bool(getattr(request, "validate_only", False))
     results = []
@@ -80,7 +83,7 @@ def handle_create_topics(broker: Broker, request: Any, version: int) -> dict[str
             results.append(_create_one(broker, wanted, validate_only))
         except KafkaError as exc:
             results.append(_created_error(wanted.name, *_error(exc)))
-    return {"throttle_time": 0, "topics": results}
+    return {"topics": results}
 
 
 def _create_one(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
@@ -158,7 +161,9 @@ def _created_error(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
 # --- DeleteTopics ---------------------------------------------------------------------------
 
 
-def handle_delete_topics(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_delete_topics(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     wanted: list[tuple[str | None, uuid.UUID | None]]
     if version < 6:
         wanted = [(name, None) for name in request.topic_names]
@@ -187,13 +192,15 @@ def handle_delete_topics(broker: Broker, request: Any, version: int) -> dict[str
                 "error_message": message,
             }
         )
-    return {"throttle_time": 0, "responses": responses}
+    return {"responses": responses}
 
 
 # --- CreatePartitions -----------------------------------------------------------------------
 
 
-def handle_create_partitions(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_create_partitions(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     results = []
     for wanted in request.topics:
@@ -216,13 +223,15 @@ def handle_create_partitions(broker: Broker, request: Any, version: int) -> dict
         except KafkaError as exc:
             code, message = _error(exc)
         results.append({"name": wanted.name, "error_code": code, "error_message": message})
-    return {"throttle_time": 0, "results": results}
+    return {"results": results}
 
 
 # --- DescribeConfigs ------------------------------------------------------------------------
 
 
-def handle_describe_configs(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_describe_configs(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     synonyms = bool(getattr(request, "include_synonyms", False))
     documentation = bool(getattr(request, "include_documentation", False))
     results = []
@@ -246,7 +255,7 @@ def handle_describe_configs(broker: Broker, request: Any, version: int) -> dict[
                 ],
             }
         )
-    return {"throttle_time": 0, "results": results}
+    return {"results": results}
 
 
 def _resource_configs(broker: Broker, kind: int, name: str) -> list[configs.ConfigEntry]:
@@ -269,7 +278,6 @@ def _entry(entry: configs.ConfigEntry, synonyms: bool, documentation: bool) -> d
         "name": entry.name,
         "value": entry.value,
         "read_only": entry.read_only,
-        "is_default": entry.source == ConfigSource.DEFAULT_CONFIG,  # v0's field
         "config_source": entry.source,
         "is_sensitive": entry.sensitive,
         "synonyms": (
@@ -326,7 +334,9 @@ def _setting_type(value: object) -> str:
 # --- AlterConfigs and IncrementalAlterConfigs -----------------------------------------------
 
 
-def handle_alter_configs(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_alter_configs(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     responses = []
     for resource in request.resources:
         code, message = ErrorCode.none, None
@@ -340,10 +350,12 @@ def handle_alter_configs(broker: Broker, request: Any, version: int) -> dict[str
         except KafkaError as exc:
             code, message = _error(exc)
         responses.append(_altered(resource, code, message))
-    return {"throttle_time": 0, "responses": responses}
+    return {"responses": responses}
 
 
-def handle_incremental_alter_configs(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_incremental_alter_configs(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     responses = []
     for resource in request.resources:
         code, message = ErrorCode.none, None
@@ -356,7 +368,7 @@ def handle_incremental_alter_configs(broker: Broker, request: Any, version: int)
         except KafkaError as exc:
             code, message = _error(exc)
         responses.append(_altered(resource, code, message))
-    return {"throttle_time": 0, "responses": responses}
+    return {"responses": responses}
 
 
 def _check_alterable(broker: Broker, resource: Any) -> None:
@@ -383,7 +395,9 @@ def _altered(resource: Any, code: ErrorCode, message: str | None) -> dict[str, A
 # --- DeleteRecords --------------------------------------------------------------------------
 
 
-def handle_delete_records(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_delete_records(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         partitions = []
@@ -403,17 +417,18 @@ def handle_delete_records(broker: Broker, request: Any, version: int) -> dict[st
                 }
             )
         topics.append({"name": topic.name, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return {"topics": topics}
 
 
 # --- DescribeCluster and DescribeLogDirs ----------------------------------------------------
 
 
-def handle_describe_cluster(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_describe_cluster(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     host, port = broker.advertised
     include_ops = bool(request.include_cluster_authorized_operations)
     return {
-        "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
         "endpoint_type": getattr(request, "endpoint_type", 1),
@@ -434,7 +449,9 @@ def handle_describe_cluster(broker: Broker, request: Any, version: int) -> dict[
     }
 
 
-def handle_describe_log_dirs(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_describe_log_dirs(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     logs = broker.logs.logs()
     if request.topics is None:
         wanted = sorted(logs)
@@ -455,7 +472,6 @@ def handle_describe_log_dirs(broker: Broker, request: Any, version: int) -> dict
         )
     usage = shutil.disk_usage(broker.logs.data_dir)
     return {
-        "throttle_time": 0,
         "error_code": ErrorCode.none,
         "results": [
             {

@@ -8,8 +8,9 @@ next batch does not fit the remaining budget returns nothing this time.
 
 If fewer than `min_bytes` were found and `max_wait_ms` allows, the fetch waits on every
 partition it reads (`Broker.wait_for_data`) and reads again when one of them gets an
-append, until enough data, the deadline, or broker shutdown. An error in any partition
-answers at once: waiting would only delay the client's recovery.
+append, until enough data, the deadline, or broker shutdown. The deadline is on the
+broker's clock and fires through its `Timers`, so a test steps a long poll. An error in
+any partition answers at once: waiting would only delay the client's recovery.
 
 Fetch sessions (KIP-227) are declined the standard way: a full fetch is answered with
 session id 0, which tells the client that no session was created, so it keeps sending full
@@ -18,22 +19,21 @@ full fetch, as Kafka does after closing that session; an incremental fetch (epoc
 FETCH_SESSION_ID_NOT_FOUND, and the client starts over with a full fetch.
 
 Offsets outside [log start, log end] get OFFSET_OUT_OF_RANGE together with the log start
-and high watermark, which the client's auto.offset.reset needs. A single broker's high
-watermark is its log end: every replica (there is one) has every appended record.
-There are no transactions yet, so the last stable offset is the high watermark and
-read_committed sees what read_uncommitted sees.
+and high watermark, which the client's auto.offset.reset needs (the high watermark is
+the partition's: see broker/partition.py). There are no transactions yet, so the last
+stable offset is the high watermark and read_committed sees what read_uncommitted sees.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable
 from typing import Any
 
-from ..storage.errors import OffsetOutOfRangeError
-from ..wire.errors import ErrorCode, KafkaError
-from ..wire.records import count_records
-from .core import LEADER_EPOCH, Broker
+from ....broker.core import Broker
+from ....errors import ErrorCode, KafkaError
+from ....records.batch import count_records
+from ....storage.errors import OffsetOutOfRangeError
+from ....types import RequestContext, TopicPartition
 
 FETCH_WAIT_MAX_MS = 30_000
 """Cap on a client's max_wait_ms, so a long poll never outlives typical request timeouts."""
@@ -54,7 +54,7 @@ class _Partition:
 
 
 def handle_fetch(
-    broker: Broker, request: Any, version: int
+    broker: Broker, request: Any, version: int, ctx: RequestContext
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     session_epoch = int(getattr(request, "session_epoch", _FINAL_EPOCH))
     if session_epoch not in (_INITIAL_EPOCH, _FINAL_EPOCH):
@@ -64,16 +64,18 @@ def handle_fetch(
     max_wait_ms = min(int(request.max_wait.total_seconds() * 1000), FETCH_WAIT_MAX_MS)
     if failed or found_bytes >= int(request.min_bytes) or max_wait_ms <= 0 or broker.closing:
         return _response(broker, result)
-    return _long_poll(broker, request, time.monotonic() + max_wait_ms / 1000)
+    return _long_poll(broker, request, broker.clock() + max_wait_ms)
 
 
-async def _long_poll(broker: Broker, request: Any, deadline: float) -> dict[str, Any]:
-    tps = [(t.topic, int(p.partition)) for t in request.topics for p in t.partitions]
+async def _long_poll(broker: Broker, request: Any, deadline_ms: int) -> dict[str, Any]:
+    tps = [TopicPartition(t.topic, int(p.partition)) for t in request.topics for p in t.partitions]
     while True:
-        await broker.wait_for_data(tps, deadline - time.monotonic())
+        waiting = broker.wait_for_data(tps, deadline_ms)
+        if waiting is not None:
+            await waiting
         result, found_bytes, failed = _read_all(broker, request)
         done = failed or found_bytes >= int(request.min_bytes)
-        if done or time.monotonic() >= deadline or broker.closing:
+        if done or waiting is None or broker.clock() >= deadline_ms or broker.closing:
             return _response(broker, result)
 
 
@@ -98,15 +100,15 @@ def _read_all(broker: Broker, request: Any) -> tuple[list[tuple[str, list[_Parti
 def _read_one(
     broker: Broker, topic: str, wanted: Any, partition: _Partition, limit: int, *, first: bool
 ) -> None:
-    partition_log = broker.partition_log(topic, partition.index)
-    if partition_log is None:
+    found = broker.partition(topic, partition.index)
+    if found is None:
         partition.error = ErrorCode.unknown_topic_or_partition
         return
     current_epoch = int(getattr(wanted, "current_leader_epoch", -1))
-    if current_epoch > LEADER_EPOCH:
+    if current_epoch > found.leader_epoch:
         partition.error = ErrorCode.unknown_leader_epoch
         return
-    start, end = partition_log.log_start_offset, partition_log.log_end_offset
+    start, end = found.log_start_offset, found.high_watermark
     partition.high_watermark, partition.log_start_offset = end, start
     offset = int(wanted.fetch_offset)
     if not start <= offset <= end:  # checked before the byte budget, as Kafka does
@@ -115,7 +117,7 @@ def _read_one(
     if limit <= 0 and not first:
         return
     try:
-        read = partition_log.read(offset, max(limit, 1))
+        read = found.read(offset, max(limit, 1))
     except OffsetOutOfRangeError:
         partition.error = ErrorCode.offset_out_of_range
         return
@@ -126,12 +128,12 @@ def _read_one(
     if len(records) > limit and not first:
         return  # its first batch does not fit what is left; it comes in a later fetch
     partition.records = records  # written to the socket as is, never copied
-    partition.high_watermark = read.log_end_offset
+    partition.high_watermark = found.high_watermark
     partition.log_start_offset = read.log_start_offset
 
 
 def _top_level_error(code: ErrorCode) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": code, "session_id": 0, "responses": []}
+    return {"error_code": code, "session_id": 0, "responses": []}
 
 
 def _count_out(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> None:
@@ -146,7 +148,6 @@ def _count_out(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> No
 def _response(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> dict[str, Any]:
     _count_out(broker, result)
     return {
-        "throttle_time": 0,
         "error_code": ErrorCode.none,
         "session_id": _NO_SESSION,
         "responses": [

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..wire.errors import ErrorCode, KafkaError
-from .core import INTERNAL_TOPICS, LEADER_EPOCH, Broker
-from .topics import Topic
+from ....broker.core import INTERNAL_TOPICS, LEADER_EPOCH, Broker
+from ....broker.topics import Topic
+from ....errors import ErrorCode, KafkaError
+from ....types import RequestContext
 
 TOPIC_ID_LOOKUP_VERSION = 12
 """Metadata versions below this have a topic id field but cannot look topics up by it."""
@@ -34,7 +35,9 @@ _TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 
-def handle_metadata(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_metadata(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     host, port = broker.advertised
     node = broker.node_id
     wanted = request.topics
@@ -50,7 +53,6 @@ def handle_metadata(broker: Broker, request: Any, version: int) -> dict[str, Any
             _TOPIC_OPERATIONS if include_topic_ops else AUTHORIZED_OPERATIONS_OMITTED
         )
     return {
-        "throttle_time": 0,
         "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": node,
@@ -92,14 +94,14 @@ def _describe(broker: Broker, topic: Topic) -> dict[str, Any]:
     node = broker.node_id
     partitions = []
     for index in range(topic.partitions):
-        partition_log = broker.partition_log(topic.name, index)
-        online = partition_log is not None and partition_log.offline_reason is None
+        partition = broker.partition(topic.name, index)
+        online = partition is not None and partition.offline_reason is None
         partitions.append(
             {
                 "error_code": ErrorCode.none if online else ErrorCode.kafka_storage_error,
                 "partition_index": index,
                 "leader_id": node if online else -1,
-                "leader_epoch": LEADER_EPOCH,
+                "leader_epoch": LEADER_EPOCH if partition is None else partition.leader_epoch,
                 "replica_nodes": [node],
                 "isr_nodes": [node] if online else [],
                 "offline_replicas": [] if online else [node],
@@ -114,16 +116,16 @@ def _describe(broker: Broker, topic: Topic) -> dict[str, Any]:
     }
 
 
-def handle_init_producer_id(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_init_producer_id(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     if request.transactional_id is not None:
         return {
-            "throttle_time": 0,
             "error_code": ErrorCode.transactional_id_authorization_failed,
             "producer_id": -1,
             "producer_epoch": -1,
         }
     return {
-        "throttle_time": 0,
         "error_code": ErrorCode.none,
         "producer_id": broker.producer_ids.allocate(),
         "producer_epoch": 0,

@@ -22,19 +22,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..wire.errors import ErrorCode, KafkaError
-from .core import LEADER_EPOCH, Broker
+from ....broker.core import Broker
+from ....errors import ErrorCode, KafkaError
+from ....types import RequestContext
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 UNDEFINED = -1
 
 
-def handle_list_offsets(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_list_offsets(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         partitions = [_list_one(broker, topic.name, p) for p in topic.partitions]
         topics.append({"name": topic.name, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return {"topics": topics}
 
 
 def _list_one(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
@@ -44,19 +47,21 @@ def _list_one(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
         "error_code": ErrorCode.none,
         "timestamp": UNDEFINED,
         "offset": UNDEFINED,
-        "leader_epoch": LEADER_EPOCH,
+        "leader_epoch": -1,
     }
-    partition_log = broker.partition_log(topic, index)
-    if partition_log is None:
+    partition = broker.partition(topic, index)
+    if partition is None:
         answer["error_code"] = ErrorCode.unknown_topic_or_partition
         return answer
-    if int(getattr(wanted, "current_leader_epoch", -1)) > LEADER_EPOCH:
+    answer["leader_epoch"] = partition.leader_epoch
+    partition_log = partition.log
+    if int(getattr(wanted, "current_leader_epoch", -1)) > partition.leader_epoch:
         answer["error_code"] = ErrorCode.unknown_leader_epoch
         return answer
     timestamp = int(wanted.timestamp)
     try:
         if timestamp == LATEST:
-            answer["offset"] = partition_log.log_end_offset
+            answer["offset"] = partition.high_watermark
         elif timestamp in (EARLIEST, EARLIEST_LOCAL):
             answer["offset"] = partition_log.log_start_offset
         elif timestamp == EARLIEST_PENDING_UPLOAD:
@@ -76,12 +81,14 @@ def _list_one(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
     return answer
 
 
-def handle_offset_for_leader_epoch(broker: Broker, request: Any, version: int) -> dict[str, Any]:
+def handle_offset_for_leader_epoch(
+    broker: Broker, request: Any, version: int, ctx: RequestContext
+) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         partitions = [_epoch_end(broker, topic.topic, p) for p in topic.partitions]
         topics.append({"topic": topic.topic, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return {"topics": topics}
 
 
 def _epoch_end(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
@@ -92,14 +99,15 @@ def _epoch_end(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
         "leader_epoch": UNDEFINED,
         "end_offset": UNDEFINED,
     }
-    partition_log = broker.partition_log(topic, index)
-    if partition_log is None:
+    partition = broker.partition(topic, index)
+    if partition is None:
         answer["error_code"] = ErrorCode.unknown_topic_or_partition
-    elif int(getattr(wanted, "current_leader_epoch", -1)) > LEADER_EPOCH:
+    elif int(getattr(wanted, "current_leader_epoch", -1)) > partition.leader_epoch:
         answer["error_code"] = ErrorCode.unknown_leader_epoch
-    elif partition_log.offline_reason is not None:
+    elif partition.offline_reason is not None:
         answer["error_code"] = ErrorCode.kafka_storage_error
-    elif int(wanted.leader_epoch) == LEADER_EPOCH:
-        answer["leader_epoch"] = LEADER_EPOCH
-        answer["end_offset"] = partition_log.log_end_offset
+    elif int(wanted.leader_epoch) == partition.leader_epoch:
+        # Only one epoch has ever existed, so it ends where the log ends.
+        answer["leader_epoch"] = partition.leader_epoch
+        answer["end_offset"] = partition.log_end_offset
     return answer

@@ -1,0 +1,350 @@
+"""A partition: its log, high watermark, leader epoch, producer state, waiters, durability.
+
+Every protocol writes and reads a partition through this one object, so the write
+pipeline exists once:
+
+    publish(records, durability)
+      1. validate the batch (framing, CRC, sizes) before anything else: a retry corrupted
+         on the way must be refused, not taken for a duplicate of the original;
+      2. judge an idempotent producer's sequence (`producers.PartitionProducers`): a
+         duplicate gets the offsets it got the first time and is not written again;
+      3. append (offsets and the leader epoch assigned by the log);
+      4. notify: wake every reader waiting on this partition, then the broker's append
+         listeners (statistics today; routing and queues next). No writer has to
+         remember to wake anyone;
+      5. return what was appended, and the offset the log must be fsynced below before
+         the write may be acknowledged, if the durability asked for needs one.
+
+The append is synchronous on the event loop's thread, so writes keep arrival order
+(idempotent sequences depend on it); only the wait for the fsync (`durable`) is
+asynchronous, and one group-commit fsync covers every writer waiting (storage.flusher).
+That is why `publish` returns its result at once rather than an awaitable: a caller that
+asked for `Durability.FSYNCED` awaits `durable(published)` when `published.durable_offset`
+is set.
+
+Reads (`read`) see offsets in [log start, high watermark). A single broker's high
+watermark is its log end (every replica, the one there is, has every record); with
+replication it will be the offset every in-sync replica holds, and only this class
+changes. The leader epoch is 0 until then.
+
+Waiting readers (`wait`): a long-polling reader registers one future on every partition
+it reads; an append resolves the futures of its partition, the reader's deadline (a
+`Timers` callback on the one clock) or the broker's closing resolves it otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from ..errors import ErrorCode, KafkaError
+from ..records.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchHeader, validate_batches
+from ..storage.checkpoint import write_atomically
+from ..storage.errors import OffsetOutOfRangeError, StorageError
+from ..storage.interface import ReadResult
+from ..storage.log import FileLog
+from ..storage.manager import LogManager
+from ..types import Clock, Timers, TopicPartition
+from .producers import PartitionProducers, SnapshotError, last_sequence
+from .scan import scan_batch_headers
+
+log = logging.getLogger(__name__)
+
+PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
+LEADER_EPOCH = 0
+"""A single broker never changes leader, so every partition stays at leader epoch 0."""
+
+AppendListener = Callable[[TopicPartition, int, int], None]
+"""Called after every append with (partition, bytes appended, records appended)."""
+
+
+class Durability(enum.IntEnum):
+    """When a write may be acknowledged (Kafka's acks, AMQP confirms, SQS sends)."""
+
+    NONE = 0
+    """Never acknowledged (Kafka acks=0)."""
+    WRITTEN = 1
+    """Once in the operating system (Kafka acks=1); the flush interval bounds exposure."""
+    FSYNCED = 2
+    """Once fsynced (Kafka acks=all, AMQP publisher confirms, SQS sends), unless the
+    topic sets `weirmq.acks.all.fsync=false`, which makes it WRITTEN."""
+
+
+@dataclass(slots=True)
+class Published:
+    """What `Partition.publish` did."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    """The broker's timestamp for LogAppendTime topics, else -1."""
+    log_start_offset: int
+    duplicate: bool
+    """An idempotent retry of a batch already written: nothing new was appended."""
+    durable_offset: int | None
+    """Acknowledge only once the log is fsynced below this offset (None: at once)."""
+
+
+class NotOneBatchError(KafkaError):
+    """A publish carries exactly one producer batch (Kafka: INVALID_RECORD)."""
+
+    code = ErrorCode.invalid_record
+
+
+class TransactionsUnsupportedError(KafkaError):
+    """Transactional and control batches wait for transactions (INVALID_TXN_STATE)."""
+
+    code = ErrorCode.invalid_txn_state
+
+
+class Partition:
+    """See the module docstring."""
+
+    __slots__ = (
+        "_listeners",
+        "_waiters",
+        "clock",
+        "fsync_acks_all",
+        "leader_epoch",
+        "log",
+        "logs",
+        "producers",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        partition_log: FileLog,
+        *,
+        logs: LogManager,
+        clock: Clock,
+        listeners: list[AppendListener],
+        fsync_acks_all: bool = True,
+        producers: PartitionProducers | None = None,
+    ) -> None:
+        self.tp = tp
+        self.log = partition_log
+        self.logs = logs
+        self.clock = clock
+        self.leader_epoch = LEADER_EPOCH
+        self.fsync_acks_all = fsync_acks_all
+        """Whether FSYNCED waits for an fsync (the topic's weirmq.acks.all.fsync)."""
+        self.producers = producers if producers is not None else PartitionProducers()
+        self._listeners = listeners
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def __repr__(self) -> str:
+        return f"Partition({self.tp})"
+
+    # --- state --------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        """The first offset readers may not see yet; see the module docstring."""
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def offline_reason(self) -> str | None:
+        return self.log.offline_reason
+
+    # --- writing ------------------------------------------------------------------------
+
+    def publish(self, records: bytes | memoryview, durability: Durability) -> Published:
+        """Append one producer batch; see the module docstring. Raises KafkaError."""
+        headers = validate_batches(records, max_batch_bytes=self.log.config.max_message_bytes)
+        if len(headers) != 1:
+            raise NotOneBatchError(f"a write must carry exactly one batch, got {len(headers)}")
+        header = headers[0]
+        if header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
+            raise TransactionsUnsupportedError("transactional batches are not supported yet")
+        if header.producer_id >= 0:
+            published = self._append_idempotent(records, headers, header)
+        else:
+            info = self.log.append(records, leader_epoch=self.leader_epoch, validated=headers)
+            self._appended(len(records), header.records_count)
+            published = Published(
+                info.base_offset,
+                info.last_offset,
+                info.log_append_time_ms,
+                self.log.log_start_offset,
+                False,
+                None,
+            )
+        if durability is Durability.FSYNCED and self.fsync_acks_all:
+            published.durable_offset = published.last_offset + 1
+        return published
+
+    def _append_idempotent(
+        self, records: bytes | memoryview, headers: list[BatchHeader], header: BatchHeader
+    ) -> Published:
+        first_seq = header.base_sequence
+        last_seq = last_sequence(first_seq, header.last_offset_delta)
+        pid, epoch = header.producer_id, header.producer_epoch
+        duplicate = self.producers.check(pid, epoch, first_seq, last_seq)
+        if duplicate is not None:
+            return Published(
+                duplicate.first_offset,
+                duplicate.last_offset,
+                -1,
+                self.log.log_start_offset,
+                True,
+                None,
+            )
+        info = self.log.append(records, leader_epoch=self.leader_epoch, validated=headers)
+        self.producers.record(
+            pid, epoch, first_seq, last_seq, info.base_offset, info.last_offset, self.clock()
+        )
+        self._appended(len(records), header.records_count)
+        return Published(
+            info.base_offset,
+            info.last_offset,
+            info.log_append_time_ms,
+            self.log.log_start_offset,
+            False,
+            None,
+        )
+
+    def append_internal(self, records: bytes) -> int:
+        """Append a batch the broker built itself (the offsets log, later dead letters and
+        routing copies): no idempotence, listeners notified. Returns its last offset."""
+        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        self._appended(len(records), info.last_offset - info.base_offset + 1)
+        return info.last_offset
+
+    def _appended(self, size_bytes: int, records: int) -> None:
+        self.wake()
+        for listener in self._listeners:
+            listener(self.tp, size_bytes, records)
+
+    async def durable(self, offset: int) -> None:
+        """Return once the log is fsynced below `offset` (group commit); raises what
+        failed the fsync (StorageError or OSError)."""
+        partition_log = self.log
+        if partition_log.flushed_offset >= offset:
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
+
+        def on_flusher_thread(result: int | BaseException) -> None:
+            # RuntimeError: the loop is closed, so nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, result)
+
+        self.logs.when_durable(partition_log, offset, on_flusher_thread)
+        await future
+
+    # --- reading ------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> ReadResult:
+        """Whole batches from the one holding `offset`, below the high watermark; raises
+        OffsetOutOfRangeError outside [log start, high watermark]."""
+        start, end = self.log.log_start_offset, self.high_watermark
+        if not start <= offset <= end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside {self.tp}'s range [{start}, {end}]"
+            )
+        return self.log.read(offset, max_bytes)
+
+    # --- waiting readers ----------------------------------------------------------------
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.append(waiter)
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(waiter)
+
+    def wake(self) -> None:
+        """Resolve every waiting reader (new data, the partition deleted, a shutdown)."""
+        if not self._waiters:
+            return
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # --- producer state -----------------------------------------------------------------
+
+    def load_producers(self) -> None:
+        """Restore idempotence state: the snapshot of a clean stop, then the log after it
+        (the whole log without a usable snapshot; only batch headers are read)."""
+        partition_log = self.log
+        state, start = PartitionProducers(), partition_log.log_start_offset
+        path = partition_log.directory / PRODUCER_SNAPSHOT_FILE
+        if path.exists():
+            try:
+                restored, covered = PartitionProducers.restore(path.read_bytes())
+                if partition_log.log_start_offset <= covered <= partition_log.log_end_offset:
+                    state, start = restored, covered
+            except (SnapshotError, OSError) as exc:
+                log.warning("%s: ignoring producer snapshot (%s); replaying the log", path, exc)
+        self.producers = state
+        if partition_log.offline_reason is not None:
+            return
+        try:
+            for header in scan_batch_headers(partition_log, start):
+                state.replay(header)
+        except StorageError as exc:
+            log.error("%s: producer state not rebuilt: %s", partition_log.directory.name, exc)
+
+    def save_producers(self) -> None:
+        """Snapshot idempotence state next to the log (on a clean stop)."""
+        if self.log.offline_reason is not None:
+            return
+        path = self.log.directory / PRODUCER_SNAPSHOT_FILE
+        try:
+            write_atomically(path, self.producers.snapshot(self.log.log_end_offset))
+        except OSError as exc:
+            log.error("%s: producer snapshot not written: %s", path, exc)
+
+
+def _settle(future: asyncio.Future[int], result: int | BaseException) -> None:
+    if future.done():  # the waiting request was cancelled (its connection closed)
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+def wait_any(
+    partitions: Iterable[Partition], deadline_ms: int, timers: Timers, clock: Clock
+) -> Awaitable[None] | None:
+    """An awaitable that returns when one of `partitions` gets an append (or is woken),
+    or at `deadline_ms` on the broker's clock; None when the deadline has passed."""
+    if deadline_ms <= clock():
+        return None
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    registered = list(partitions)
+    for partition in registered:
+        partition.add_waiter(waiter)
+
+    def on_deadline() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = timers.call_at(deadline_ms, on_deadline)
+
+    async def wait() -> None:
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            for partition in registered:
+                partition.remove_waiter(waiter)
+
+    return wait()
+

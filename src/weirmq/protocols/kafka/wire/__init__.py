@@ -1,0 +1,1 @@
+"""Kafka framing and message codecs, sans I/O: bytes in, typed values out, and back."""

@@ -1,0 +1,455 @@
+"""The connection pump: TCP connections in, frames to a protocol adapter, replies out in order.
+
+This module knows no protocol. An adapter (`weirmq.protocols.contract.Adapter`) gives each
+connection a `Framer`, which cuts the byte stream into frames, and a `Session`, which turns
+each frame into a reply; the pump moves the bytes between them and the socket and enforces
+the bounds. Kafka (`weirmq.server.listener`) is one adapter; AMQP 0-9-1 is the next.
+
+Each connection is an `asyncio.BufferedProtocol`: the kernel writes straight into the
+framer's memory, and complete frames go to the session one at a time. Replies are written
+in the order of the frames they answer, which Kafka clients require (they match responses
+to requests by position as much as by correlation id). A reply that is ready at once (most
+of them) is written at once when nothing is ahead of it; one that must wait (acks=all, a
+fetch long poll) becomes a task, and whatever is behind it waits in the queue until it
+finishes. Frames are still handled as they arrive, so appends keep arrival order and many
+acks=all produces from one connection share one fsync. What a session `send`s unasked (an
+AMQP delivery) joins the same queue, behind every reply already due.
+
+Every connection is bounded (each bound is a setting):
+
+- a frame larger than `max_request_bytes`, or one the adapter cannot understand
+  (`CloseConnection`), closes this connection only; so does a bug in a session, logged;
+- at `max_in_flight_requests` replies queued or awaited, reading pauses until one is
+  written;
+- while the transport's write buffer is above its high-water mark (a client not reading
+  what we write), reading pauses too, so a slow reader cannot make us buffer without end;
+  a session that pushes frames on its own checks `write_paused` and is told when writing
+  resumes;
+- a connection with nothing in flight and no bytes in or out for `idle_timeout_ms` is
+  closed. Reads and writes only raise a flag (no clock read per frame); a sweep every
+  `idle_timeout_ms / 8` (between 50 ms and 15 s) restarts the idle time of each
+  connection it finds flagged or busy. A flag is seen up to one sweep late, so a
+  connection is closed between one idle timeout and that plus two sweeps after its last
+  byte: at most 1.25 timeouts, as when every byte read the clock and the sweep ran every
+  quarter timeout.
+
+While a large frame (a ~1 MB produce request) is arriving, the socket's receive low-water
+mark (SO_RCVLOWAT) is set to the bytes it still lacks (the framer's `missing_bytes`), so
+the loop wakes up once the frame is there instead of once per TCP burst (about five times
+per 1 MB request on loopback, measured). The kernel still wakes us early when its buffer or
+the receive window runs short, and always for EOF and errors; after each read the mark is
+lowered to what is still missing, and back to 1 when the frame is complete. Measured with
+1 KB records (1 MB requests): ~20% less broker CPU per GB produced. Linux only: its kernel
+caps the mark and grows the receive buffer to fit it, so a mark can never outgrow what a
+socket may hold.
+
+`Listener.stop` is the orderly shutdown: stop accepting, stop reading, let what is in
+flight finish (fetch long polls are woken by the broker) for at most the shutdown timeout,
+then close every connection. Time is read in one place, `Listener.now`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..protocols.contract import Adapter, CloseConnection, Frame, Framer, Outcome, Reply, Session
+from ..settings import Settings
+
+log = logging.getLogger(__name__)
+
+_IDLE_CHECKS_PER_TIMEOUT = 8
+_IDLE_CHECK_MIN_S = 0.05
+_IDLE_CHECK_MAX_S = 15.0
+_JOIN_BYTES_MAX = 4096
+"""Reply parts up to this size are joined to the reply's prefix and written as one buffer."""
+_RCVLOWAT_MAX = 1024 * 1024
+"""The highest receive low-water mark we ask for (the kernel grows the socket's receive
+buffer to hold it)."""
+LISTEN_BACKLOG = 128
+
+
+class ConnectionStats(Protocol):
+    """The counters a listener keeps (the broker's `BrokerStats` has them)."""
+
+    connections_open: int
+    connections_total: int
+    """Accepted since start."""
+    connections_closed_for_errors: int
+    """Closed by `CloseConnection`: a frame that could not be answered."""
+
+
+class ConnectionCounts:
+    """`ConnectionStats` of a listener that reports to no one else."""
+
+    __slots__ = ("connections_closed_for_errors", "connections_open", "connections_total")
+
+    def __init__(self) -> None:
+        self.connections_open = 0
+        self.connections_total = 0
+        self.connections_closed_for_errors = 0
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One client connection; see the module docstring. It is also the session's
+    `ConnectionHandle`."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.framer: Framer = listener.adapter.new_framer(listener.settings.max_request_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.peer_host = ""
+        self._session: Session | None = None
+        # The session's bound `handle`, looked up once rather than per frame.
+        self._handle: Callable[[Frame], Outcome] = _not_connected
+        self._queue: deque[Reply | asyncio.Task[Reply | None]] = deque()
+        self._max_in_flight = listener.settings.max_in_flight_requests
+        self._write_paused = False
+        self._reading_paused = False
+        self._closing = False
+        self._active = True  # bytes moved since the last idle sweep
+        self._quiet_since = 0.0  # when an idle sweep last found it active or busy
+        self._socket: Any = None  # for SO_RCVLOWAT; None where it cannot be set
+        self._rcvlowat = 1
+
+    # --- asyncio callbacks --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.peer, self.peer_host = f"{peer[0]}:{peer[1]}", str(peer[0])
+        else:
+            self.peer = str(peer)
+        if sys.platform == "linux":  # where the mark was measured, and bounded by the kernel
+            self._socket = transport.get_extra_info("socket")
+        listener = self.listener
+        listener.connections.add(self)
+        listener.stats.connections_open += 1
+        listener.stats.connections_total += 1
+        try:
+            self._session = listener.adapter.new_session(self)
+        except Exception:
+            log.exception("no %s session for %s; closing", listener.adapter.name, self.peer)
+            self.close("internal error")
+            return
+        self._handle = self._session.handle
+        if listener.stopping:
+            self.close("broker is stopping")
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.framer.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._active = True
+        try:
+            frames = self.framer.buffer_updated(nbytes)
+        except CloseConnection as exc:
+            self._close_for_error(str(exc))
+            return
+        for frame in frames:
+            if self._closing:
+                return
+            self._on_frame(frame)
+        self._update_reading()
+        self._update_low_water()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        listener = self.listener
+        if self in listener.connections:
+            listener.connections.discard(self)
+            listener.stats.connections_open -= 1
+        for item in self._queue:
+            if isinstance(item, asyncio.Task):
+                # A finished task is left as it is, but cancel() still marks its
+                # exception as retrieved: the loop never reports it.
+                item.cancel()
+        self._queue.clear()
+        session, self._session = self._session, None
+        if session is not None:
+            self._notify(session.closed)
+        if listener.stopping:
+            listener.drained.set()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+        if self._session is not None and not self._closing:
+            self._notify(self._session.writing_resumed)
+
+    # --- the session's handle (`ConnectionHandle`) --------------------------------------
+
+    @property
+    def write_paused(self) -> bool:
+        return self._write_paused
+
+    def send(self, reply: Reply) -> None:
+        """Write `reply` after everything already due; see `ConnectionHandle.send`."""
+        if self._closing:
+            return
+        if self._queue:
+            self._queue.append(reply)
+            self._update_reading()
+        else:
+            self._write(reply)
+
+    def close(self, reason: str) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        log.info("closing %s connection from %s: %s", self.listener.adapter.name, self.peer, reason)
+        if self.transport is not None:
+            self.transport.close()
+
+    # --- frames and replies -------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Replies queued or awaited."""
+        return len(self._queue)
+
+    def _on_frame(self, frame: Frame) -> None:
+        try:
+            outcome = self._handle(frame)
+        except CloseConnection as exc:
+            self._close_for_error(str(exc))
+            return
+        except Exception:
+            log.exception("request from %s failed; closing the connection", self.peer)
+            self.close("internal error")
+            return
+        if outcome is None:
+            return
+        if isinstance(outcome, Reply):
+            if not self._queue:
+                self._write(outcome)
+            else:
+                self._queue.append(outcome)
+            return
+        # Sessions' awaitables are coroutines; anything else gets wrapped in one.
+        coroutine = outcome if asyncio.iscoroutine(outcome) else _as_coroutine(outcome)
+        task = self.listener.loop.create_task(coroutine)
+        self._queue.append(task)
+        task.add_done_callback(self._on_task_done)
+
+    def _on_task_done(self, _task: asyncio.Task[Reply | None]) -> None:
+        if self._closing:  # connection_lost cancels what is left
+            return
+        queue = self._queue
+        while queue:
+            head = queue[0]
+            if not isinstance(head, asyncio.Task):
+                queue.popleft()
+                self._write(head)
+                continue
+            if not head.done():
+                break
+            queue.popleft()
+            if head.cancelled():
+                self.close("request cancelled")
+                return
+            error = head.exception()
+            if error is not None:
+                self._close_for_failed_task(error)
+                return
+            reply = head.result()
+            if reply is not None:
+                self._write(reply)
+        self._update_reading()
+        if self.listener.stopping and not queue:
+            self.listener.drained.set()
+
+    def _write(self, reply: Reply) -> None:
+        assert self.transport is not None
+        self._active = True
+        # With nothing buffered, every transport.write is a send() of its own: the size
+        # prefix, then the body (and for a fetch, the fields before the records) would go
+        # out as separate tiny segments. Small leading parts are joined to the prefix
+        # (a copy of a few bytes); large ones, such as fetched records, are written as
+        # they are. One send instead of two per Produce answer.
+        body = reply.body
+        head = reply.prefix
+        joined = 0
+        while joined < len(body) and len(body[joined]) <= _JOIN_BYTES_MAX:
+            joined += 1
+        if joined:
+            head = b"".join((head, *body[:joined]))
+        self.transport.write(head)
+        for part in body[joined:]:
+            self.transport.write(part)
+
+    # --- bounds -------------------------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self._closing:
+            return
+        should_pause = (
+            self._write_paused
+            or self.listener.stopping
+            or len(self._queue) >= self._max_in_flight
+        )
+        if should_pause and not self._reading_paused:
+            self.transport.pause_reading()
+            self._reading_paused = True
+        elif not should_pause and self._reading_paused:
+            self.transport.resume_reading()
+            self._reading_paused = False
+
+    def _update_low_water(self) -> None:
+        """See the module docstring: wake when the rest of a large frame is there."""
+        wanted = min(self.framer.missing_bytes, _RCVLOWAT_MAX) or 1
+        if wanted == self._rcvlowat or self._socket is None:
+            return
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, wanted)
+        except (OSError, AttributeError):  # not supported here: read as data arrives
+            self._socket = None
+            return
+        self._rcvlowat = wanted
+
+    def check_idle(self, now_s: float, idle_timeout_ms: int) -> None:
+        """One idle sweep's look at this connection (see the module docstring)."""
+        if self._active or self._queue:
+            self._active = False
+            self._quiet_since = now_s
+        elif (now_s - self._quiet_since) * 1000 > idle_timeout_ms:
+            self.close(f"idle for more than {idle_timeout_ms} ms")
+
+    def stop_reading(self) -> None:
+        """Pause reading for good: the listener is stopping."""
+        self._update_reading()
+
+    # --- closing ------------------------------------------------------------------------
+
+    def _close_for_error(self, reason: str) -> None:
+        self.listener.stats.connections_closed_for_errors += 1
+        self.close(reason)
+
+    def _close_for_failed_task(self, error: BaseException) -> None:
+        if isinstance(error, CloseConnection):
+            self._close_for_error(str(error))
+            return
+        log.error("request from %s failed; closing", self.peer, exc_info=error)
+        self.close("internal error")
+
+    def _notify(self, callback: Callable[[], None]) -> None:
+        """Tell the session something; a session that fails there is closed, the loop
+        never sees the exception."""
+        try:
+            callback()
+        except Exception:
+            log.exception("%s session of %s failed; closing", self.listener.adapter.name, self.peer)
+            self.close("internal error")
+
+
+def _not_connected(_frame: Frame) -> Outcome:
+    raise AssertionError("a frame before connection_made")
+
+
+async def _as_coroutine(awaitable: Any) -> Reply | None:
+    result: Reply | None = await awaitable
+    return result
+
+
+def idle_check_period_s(idle_timeout_ms: int) -> float:
+    """How often the idle sweep runs; see the module docstring."""
+    period_s = idle_timeout_ms / 1000 / _IDLE_CHECKS_PER_TIMEOUT
+    return min(max(period_s, _IDLE_CHECK_MIN_S), _IDLE_CHECK_MAX_S)
+
+
+class Listener:
+    """A TCP listener for one protocol adapter, and its connections."""
+
+    def __init__(
+        self, adapter: Adapter, settings: Settings, stats: ConnectionStats | None = None
+    ) -> None:
+        self.adapter = adapter
+        self.settings = settings
+        self.stats: ConnectionStats = stats if stats is not None else ConnectionCounts()
+        self.loop = asyncio.get_running_loop()
+        self.connections: set[Connection] = set()
+        self.stopping = False
+        self.drained = asyncio.Event()
+        """Set when a connection's last reply is written (or it is lost) while stopping."""
+        self._server: asyncio.Server | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+
+    def now(self) -> float:
+        """Seconds on the loop's monotonic clock. The pump reads time only here (idle
+        sweeps, the shutdown deadline), so an injected clock replaces this one method."""
+        return self.loop.time()
+
+    def new_connection(self) -> Connection:
+        return Connection(self)
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen; returns the bound address (the real port when `port` is 0)."""
+        self._server = await self.loop.create_server(
+            self.new_connection,
+            host,
+            port,
+            reuse_address=True,
+            # asyncio accepts up to `backlog` connections per wake-up; Kafka's default
+            # (socket.listen.backlog.size) is 50. A bounded burst bounds the memory that
+            # clients connecting and leaving faster than we serve them can cost.
+            backlog=LISTEN_BACKLOG,
+            family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+        )
+        bound = self._server.sockets[0].getsockname()
+        self._idle_task = self.loop.create_task(self._close_idle_forever())
+        return bound[0], bound[1]
+
+    def close_idle(self) -> None:
+        """One idle sweep over every connection."""
+        now_s = self.now()
+        idle_timeout_ms = self.settings.idle_timeout_ms
+        for connection in list(self.connections):
+            connection.check_idle(now_s, idle_timeout_ms)
+
+    async def _close_idle_forever(self) -> None:
+        period_s = idle_check_period_s(self.settings.idle_timeout_ms)
+        while True:
+            await asyncio.sleep(period_s)
+            self.close_idle()
+
+    async def stop(self, timeout_s: float | None = None) -> None:
+        """Stop accepting, let what is in flight finish (up to `timeout_s`, by default the
+        `shutdown_timeout_ms` setting), close every connection."""
+        if timeout_s is None:
+            timeout_s = self.settings.shutdown_timeout_ms / 1000
+        self.stopping = True
+        if self._server is not None:
+            self._server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        for connection in list(self.connections):
+            connection.stop_reading()
+        deadline = self.now() + timeout_s
+        while any(c.in_flight for c in self.connections):
+            remaining = deadline - self.now()
+            if remaining <= 0:
+                log.warning("shutdown: requests still in flight after %.1f s", timeout_s)
+                break
+            self.drained.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.drained.wait(), min(remaining, 0.1))
+        for connection in list(self.connections):
+            connection.close("broker is stopping")
+        if self._server is not None:
+            await self._server.wait_closed()

@@ -1,0 +1,538 @@
+"""The connection pump without sockets: a fake transport, a line framer, a scripted session.
+
+Each test drives `Connection` the way asyncio does (`connection_made`, `get_buffer` and
+`buffer_updated`, `pause_writing`, `connection_lost`) and looks at what reached the
+transport. Frames are lines; a line is a command to the scripted session:
+
+    now:X    answered at once with X        wait:X   answered with X once `release(X)`
+    none     not answered                   push:X   X sent unasked, nothing answered
+    close    CloseConnection                boom     a bug (RuntimeError)
+
+A `!` anywhere is not a line: the framer raises `CloseConnection`.
+
+Every scenario runs under a loop whose exception handler records what reaches it, and the
+run fails if anything did (a traceback from a callback, a task exception never retrieved).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from weirmq.protocols.contract import CloseConnection, ConnectionHandle, Frame, Outcome, Reply
+from weirmq.server.connection import (
+    Connection,
+    ConnectionCounts,
+    Listener,
+    idle_check_period_s,
+)
+from weirmq.settings import Settings
+
+# --- fakes ----------------------------------------------------------------------------------
+
+
+class FakeTransport(asyncio.Transport):
+    """Records what the connection does to it; `close` reports the loss a turn later, as
+    asyncio's transports do."""
+
+    def __init__(self, protocol: Connection, sock: Any = None) -> None:
+        super().__init__({"peername": ("127.0.0.1", 50312), "socket": sock})
+        self.protocol = protocol
+        self.events: list[Any] = []
+        self.reading = True
+        self.closed = False
+
+    @property
+    def writes(self) -> list[bytes]:
+        return [event for event in self.events if isinstance(event, bytes)]
+
+    def write(self, data: Any) -> None:
+        assert not self.closed
+        self.events.append(bytes(data))
+
+    def pause_reading(self) -> None:
+        assert self.reading, "paused twice"
+        self.reading = False
+        self.events.append("pause")
+
+    def resume_reading(self) -> None:
+        assert not self.reading, "resumed while reading"
+        self.reading = True
+        self.events.append("resume")
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.events.append("close")
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+
+class LineFramer:
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.missing_bytes = 0
+        self._buffer = bytearray(4096)
+        self._pending = b""
+
+    def get_buffer(self, _sizehint: int) -> memoryview:
+        return memoryview(self._buffer)
+
+    def buffer_updated(self, nbytes: int) -> list[Frame]:
+        data = self._pending + bytes(self._buffer[:nbytes])
+        if b"!" in data:
+            raise CloseConnection("not a line")
+        *frames, self._pending = data.split(b"\n")
+        return list(frames)
+
+
+class ScriptedSession:
+    def __init__(self, adapter: ScriptedAdapter, connection: ConnectionHandle) -> None:
+        self.adapter = adapter
+        self.connection = connection
+        self.resumed = 0
+        self.closed_calls = 0
+
+    def handle(self, frame: Frame) -> Outcome:
+        command, _, arg = bytes(frame).decode().partition(":")
+        if command == "now":
+            return Reply(arg.encode(), [])
+        if command == "wait":
+            return self._later(arg)
+        if command == "push":
+            self.connection.send(Reply(arg.encode(), []))
+            return None
+        if command == "close":
+            raise CloseConnection("scripted")
+        if command == "boom":
+            raise RuntimeError("scripted bug")
+        assert command == "none", command
+        return None
+
+    async def _later(self, name: str) -> Reply:
+        await self.adapter.gate(name)
+        return Reply(name.encode(), [])
+
+    def writing_resumed(self) -> None:
+        self.resumed += 1
+
+    def closed(self) -> None:
+        self.closed_calls += 1
+
+
+class ScriptedAdapter:
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.sessions: list[ScriptedSession] = []
+        self._gates: dict[str, asyncio.Future[None]] = {}
+
+    def new_framer(self, max_frame_bytes: int) -> LineFramer:
+        return LineFramer(max_frame_bytes)
+
+    def new_session(self, connection: ConnectionHandle) -> ScriptedSession:
+        session = ScriptedSession(self, connection)
+        self.sessions.append(session)
+        return session
+
+    def gate(self, name: str) -> asyncio.Future[None]:
+        if name not in self._gates:
+            self._gates[name] = asyncio.get_running_loop().create_future()
+        return self._gates[name]
+
+    def release(self, name: str, error: BaseException | None = None) -> None:
+        if error is None:
+            self.gate(name).set_result(None)
+        else:
+            self.gate(name).set_exception(error)
+
+
+class SteppedListener(Listener):
+    """A listener whose clock the test sets."""
+
+    now_s = 0.0
+
+    def now(self) -> float:
+        return self.now_s
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def make_listener(**overrides: Any) -> tuple[SteppedListener, ScriptedAdapter]:
+    adapter = ScriptedAdapter()
+    return SteppedListener(adapter, Settings(**overrides), ConnectionCounts()), adapter
+
+
+def make_real_time_listener() -> tuple[Listener, ScriptedAdapter]:
+    adapter = ScriptedAdapter()
+    return Listener(adapter, Settings()), adapter
+
+
+def connect(listener: Listener, sock: Any = None) -> tuple[Connection, FakeTransport]:
+    connection = listener.new_connection()
+    transport = FakeTransport(connection, sock)
+    connection.connection_made(transport)
+    return connection, transport
+
+
+def feed(connection: Connection, data: bytes) -> None:
+    buffer = connection.get_buffer(-1)
+    buffer[: len(data)] = data
+    connection.buffer_updated(len(data))
+
+
+async def settle() -> None:
+    """Let callbacks scheduled so far (and those they schedule) run."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    reached_loop: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, context: reached_loop.append(context)
+        )
+        await asyncio.wait_for(scenario(), 10)
+        await settle()
+        gc.collect()  # a task exception never retrieved is reported when the task dies
+
+    asyncio.run(main())
+    gc.collect()
+    assert not reached_loop, reached_loop
+
+
+# --- ordering -------------------------------------------------------------------------------
+
+
+def test_a_ready_reply_with_nothing_ahead_is_written_at_once() -> None:
+    async def scenario() -> None:
+        listener, _ = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"now:a\nnone\nnow:b\n")
+        assert transport.writes == [b"a", b"b"]
+        assert connection.in_flight == 0
+
+    run(scenario)
+
+
+def test_replies_are_written_in_request_order() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"wait:a\nnow:b\nwait:c\nnow:d\n")
+        assert transport.writes == []  # b is ready but a is ahead of it
+        assert connection.in_flight == 4
+        adapter.release("c")  # finishes before a: still waits its turn
+        await settle()
+        assert transport.writes == []
+        adapter.release("a")
+        await settle()
+        assert transport.writes == [b"a", b"b", b"c", b"d"]
+        assert connection.in_flight == 0
+
+    run(scenario)
+
+
+def test_sent_frames_join_the_queue_behind_replies_already_due() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"push:p1\n")
+        assert transport.writes == [b"p1"]  # nothing ahead: written at once
+        feed(connection, b"wait:a\npush:p2\nnow:b\n")
+        assert transport.writes == [b"p1"]
+        adapter.release("a")
+        await settle()
+        assert transport.writes == [b"p1", b"a", b"p2", b"b"]
+        connection.close("test")
+        connection.send(Reply(b"late", []))  # ignored once closing
+        assert transport.writes == [b"p1", b"a", b"p2", b"b"]
+
+    run(scenario)
+
+
+def test_small_reply_parts_are_joined_to_the_prefix_large_ones_written_as_they_are() -> None:
+    async def scenario() -> None:
+        listener, _ = make_listener()
+        connection, transport = connect(listener)
+        large = b"x" * 5000
+        connection.send(Reply(b"P", [b"ab", memoryview(b"cd"), large, b"e"]))
+        assert transport.writes == [b"Pabcd", large, b"e"]
+        connection.send(Reply(b"Q", [large]))
+        assert transport.writes[3:] == [b"Q", large]
+
+    run(scenario)
+
+
+# --- bounds ---------------------------------------------------------------------------------
+
+
+def test_reading_pauses_at_max_in_flight_and_resumes_when_one_is_answered() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener(max_in_flight_requests=2)
+        connection, transport = connect(listener)
+        feed(connection, b"wait:a\n")
+        assert transport.reading
+        feed(connection, b"wait:b\n")
+        assert not transport.reading
+        adapter.release("a")
+        await settle()
+        assert transport.reading
+        assert transport.events == ["pause", b"a", "resume"]
+        adapter.release("b")
+        await settle()
+        assert transport.writes == [b"a", b"b"]
+
+    run(scenario)
+
+
+def test_reading_pauses_while_the_client_does_not_read() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, transport = connect(listener)
+        connection.pause_writing()
+        assert not transport.reading
+        assert connection.write_paused
+        feed(connection, b"now:a\n")  # what was already read is still answered
+        assert not transport.reading
+        connection.resume_writing()
+        assert transport.reading
+        assert not connection.write_paused
+        assert adapter.sessions[0].resumed == 1
+        assert transport.events == ["pause", b"a", "resume"]
+
+    run(scenario)
+
+
+def test_in_flight_and_write_buffer_bounds_together() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener(max_in_flight_requests=1)
+        connection, transport = connect(listener)
+        feed(connection, b"wait:a\n")
+        connection.pause_writing()
+        adapter.release("a")
+        await settle()
+        assert not transport.reading  # answered, but the client still does not read
+        connection.resume_writing()
+        assert transport.reading
+
+    run(scenario)
+
+
+def test_receive_low_water_mark_follows_the_missing_bytes() -> None:
+    if sys.platform != "linux":
+        pytest.skip("SO_RCVLOWAT is set on Linux only")
+
+    class RecordingSocket:
+        def __init__(self) -> None:
+            self.marks: list[int] = []
+
+        def setsockopt(self, level: int, option: int, value: int) -> None:
+            assert (level, option) == (socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+            self.marks.append(value)
+
+    async def scenario() -> None:
+        listener, _ = make_listener()
+        sock = RecordingSocket()
+        connection, _transport = connect(listener, sock)
+        framer = connection.framer
+        assert isinstance(framer, LineFramer)
+        feed(connection, b"none\n")
+        assert sock.marks == []  # already 1
+        framer.missing_bytes = 300_000
+        feed(connection, b"x")
+        framer.missing_bytes = 5 << 20
+        feed(connection, b"x")
+        feed(connection, b"x")  # unchanged: not set again
+        framer.missing_bytes = 0
+        feed(connection, b"\n")
+        assert sock.marks == [300_000, 1 << 20, 1]
+
+    run(scenario)
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [b"close\nnow:never\n", b"now:ok!\n"], ids=["session", "framer"])
+def test_close_connection_closes_only_its_connection(bad: bytes) -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        bad_connection, bad_transport = connect(listener)
+        good_connection, good_transport = connect(listener)
+        feed(bad_connection, bad)
+        assert bad_transport.closed
+        assert bad_transport.writes == []  # nothing after the bad frame was handled
+        feed(good_connection, b"now:fine\n")
+        assert good_transport.writes == [b"fine"]
+        assert not good_transport.closed
+        await settle()
+        assert listener.connections == {good_connection}
+        assert listener.stats.connections_closed_for_errors == 1
+        assert listener.stats.connections_open == 1
+        assert listener.stats.connections_total == 2
+        assert [s.closed_calls for s in adapter.sessions] == [1, 0]
+
+    run(scenario)
+
+
+def test_a_failing_handler_closes_the_connection_and_only_the_log_sees_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        listener, _ = make_listener()
+        connection, transport = connect(listener)
+        with caplog.at_level(logging.ERROR, logger="weirmq.server.connection"):
+            feed(connection, b"boom\nnow:never\n")
+        assert transport.closed
+        assert transport.writes == []
+        assert "scripted bug" in caplog.text
+        assert listener.stats.connections_closed_for_errors == 0  # a bug, not a bad frame
+
+    run(scenario)
+
+
+def test_a_failing_awaited_reply_closes_the_connection_and_nothing_reaches_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"now:a\nwait:b\nwait:c\nwait:d\n")
+        # c fails while b is still awaited: its exception waits in the queue, then b fails
+        # too. Neither may be reported by the loop as never retrieved, nor may d's
+        # cancellation.
+        with caplog.at_level(logging.ERROR, logger="weirmq.server.connection"):
+            adapter.release("c", RuntimeError("c failed"))
+            await settle()
+            assert not transport.closed
+            adapter.release("b", RuntimeError("b failed"))
+            await settle()
+        assert transport.closed
+        assert transport.writes == [b"a"]
+        assert "b failed" in caplog.text
+        assert listener.connections == set()
+
+    run(scenario)
+
+
+def test_close_connection_from_an_awaited_reply_counts_as_a_bad_frame() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"wait:a\n")
+        adapter.release("a", CloseConnection("refused later"))
+        await settle()
+        assert transport.closed
+        assert listener.stats.connections_closed_for_errors == 1
+
+    run(scenario)
+
+
+def test_connection_lost_cancels_what_is_awaited_and_tells_the_session() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, _transport = connect(listener)
+        feed(connection, b"wait:a\n")
+        await settle()  # the task now awaits the gate
+        gate = adapter.gate("a")
+        connection.connection_lost(ConnectionResetError())
+        await settle()
+        assert gate.cancelled()  # the awaiting task was cancelled, and with it the await
+        assert connection.in_flight == 0
+        assert adapter.sessions[0].closed_calls == 1
+        assert listener.stats.connections_open == 0
+
+    run(scenario)
+
+
+# --- idle -----------------------------------------------------------------------------------
+
+
+def test_idle_connections_with_nothing_in_flight_are_closed() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener(idle_timeout_ms=1000)
+        _quiet, quiet_transport = connect(listener)
+        busy, busy_transport = connect(listener)
+        chatty, chatty_transport = connect(listener)
+        feed(busy, b"wait:a\n")
+        listener.close_idle()  # t=0: all were just active
+        listener.now_s = 0.9
+        feed(chatty, b"now:x\n")
+        listener.close_idle()
+        assert not quiet_transport.closed
+        listener.now_s = 1.1
+        listener.close_idle()
+        assert quiet_transport.closed  # quiet since t=0
+        assert not chatty_transport.closed  # seen active at t=0.9
+        assert not busy_transport.closed  # a request in flight is not idleness
+        adapter.release("a")
+        await settle()
+        listener.now_s = 2.0
+        listener.close_idle()  # the reply was written since the last sweep
+        assert not busy_transport.closed
+        listener.now_s = 3.1
+        listener.close_idle()
+        assert busy_transport.closed and chatty_transport.closed
+
+    run(scenario)
+
+
+def test_idle_sweeps_run_often_enough_for_a_quarter_timeout_of_slack() -> None:
+    assert idle_check_period_s(1000) == pytest.approx(0.125)
+    assert idle_check_period_s(100) == pytest.approx(0.05)  # a floor for tiny timeouts
+    assert idle_check_period_s(600_000) == pytest.approx(15.0)  # a ceiling for long ones
+
+
+# --- stopping -------------------------------------------------------------------------------
+
+
+def test_stop_lets_in_flight_requests_finish_then_closes() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_real_time_listener()
+        busy, busy_transport = connect(listener)
+        _idle, idle_transport = connect(listener)
+        feed(busy, b"wait:a\nnow:b\n")
+        stopping = asyncio.create_task(listener.stop(5.0))
+        await settle()
+        assert not busy_transport.reading and not idle_transport.reading
+        assert not busy_transport.closed and not idle_transport.closed
+        adapter.release("a")
+        await asyncio.wait_for(stopping, 1.0)
+        assert busy_transport.events == ["pause", b"a", b"b", "close"]
+        assert idle_transport.closed
+        _late, late_transport = connect(listener)
+        assert late_transport.closed  # accepted while stopping: closed at once
+        await settle()
+        assert listener.connections == set()
+
+    run(scenario)
+
+
+def test_stop_gives_up_on_requests_still_in_flight_after_its_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        listener, adapter = make_real_time_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"wait:never\n")
+        with caplog.at_level(logging.WARNING, logger="weirmq.server.connection"):
+            await listener.stop(0.2)
+        assert transport.closed and transport.writes == []
+        assert "still in flight" in caplog.text
+        await settle()
+        assert adapter.gate("never").cancelled()
+
+    run(scenario)
