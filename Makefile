@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # Directories ruff checks; bench/ and examples/ may not exist in every checkout.
 LINT_DIRS := $(wildcard src tests bench examples)
 
-.PHONY: venv system-deps test check run bench bench-quick bench-storage bench-rebalance bench-spark spark-demo clean
+.PHONY: venv system-deps test test-fast check run bench bench-quick bench-storage bench-rebalance bench-spark spark-demo clean
 
 venv: $(INSTALL_STAMP)
 
@@ -52,7 +52,14 @@ system-deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing
 
+# Every test, integration, Spark and slow ones included (CI runs this). pyproject's addopts
+# hold plain `pytest` to the fast tier with -m; a later `-m ""` replaces it and selects all.
 test: venv system-deps
+	$(VENV_PYTHON) -m pytest -q -m "" $(PYTEST_ARGS)
+
+# The fast tier only, what plain `pytest` runs: no broker processes, real clients, Spark or
+# slow tests, so it needs neither kcat nor Java.
+test-fast: venv
 	$(VENV_PYTHON) -m pytest -q $(PYTEST_ARGS)
 
 # Runs every checker, then fails if any of them failed.
