@@ -36,6 +36,7 @@ from ...flow.admission import Admission
 from ...types import RequestContext
 from ..contract import CloseConnection as CloseConnection
 from ..contract import Reply as Reply
+from . import requests
 from .apis import admin
 from .apis import groups as group_apis
 from .apis.fetch import handle_fetch
@@ -48,6 +49,8 @@ from .wire.framing import HeaderError, parse_request_header, response_prefix
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
+_CONFORMED: set[type[Any]] = set()
+"""Request classes given their absent fields already (`requests.conform`)."""
 API_VERSIONS_KEY = 18
 Handler = Callable[[Broker, Any, int, RequestContext], Any]
 """(broker, the decoded request, its version, who asks) -> a response dict, None (no
@@ -140,6 +143,9 @@ class Dispatcher:
                 request = fast.decode_produce_request(version, frame, header.body_offset)
             else:
                 request = messages.decode_request(key, version, frame, header.body_offset)
+                if type(request) not in _CONFORMED:  # once per class: see requests.py
+                    requests.conform(key, type(request))
+                    _CONFORMED.add(type(request))
         except messages.DecodeError as exc:
             raise CloseConnection(str(exc)) from exc
         ctx = RequestContext(header.client_id or "", peer_host, "kafka")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from ....broker import configs
@@ -36,8 +37,25 @@ from ....broker.topics import (
 from ....errors import ErrorCode, KafkaError
 from ....settings import SETTING_SPECS, Settings
 from ....types import RequestContext
+from ..requests import (
+    AlterableConfig,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+    CreatableConfig,
+    CreatableTopic,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeLogDirsRequest,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResource,
+)
 from .metadata import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 
+_Resource = AlterConfigsResource | IncrementalAlterConfigsResource
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 DEFAULT_REPLICATION_FACTOR = -1
@@ -52,7 +70,9 @@ class _UnknownTopicId(KafkaError):
     code = ErrorCode.unknown_topic_id
 
 
-def _named_once(entries: Any) -> dict[str, str | None]:
+def _named_once(
+    entries: Sequence[CreatableConfig] | Sequence[AlterableConfig],
+) -> dict[str, str | None]:
     """{name: value} of a request's config entries; INVALID_CONFIG if a name repeats."""
     values = {entry.name: entry.value for entry in entries}
     if len(values) != len(entries):
@@ -68,10 +88,10 @@ def _error(exc: KafkaError) -> tuple[ErrorCode, str]:
 
 
 def handle_create_topics(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: CreateTopicsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
-    validate_only = bool(getattr(request, "validate_only", False))
+    validate_only = bool(request.validate_only)
     results = []
     for wanted in request.topics:
         if counts[wanted.name] > 1:
@@ -86,7 +106,7 @@ def handle_create_topics(
     return {"topics": results}
 
 
-def _create_one(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
+def _create_one(broker: Broker, wanted: CreatableTopic, validate_only: bool) -> dict[str, Any]:
     partitions = _partition_count(broker, wanted)
     overrides = _named_once(wanted.configs)
     topic = broker.create_topic(wanted.name, partitions, overrides, validate_only=validate_only)
@@ -111,7 +131,7 @@ def _create_one(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, A
     }
 
 
-def _partition_count(broker: Broker, wanted: Any) -> int:
+def _partition_count(broker: Broker, wanted: CreatableTopic) -> int:
     """The partition count a CreatableTopic asks for, with its replication checked."""
     assignments = wanted.assignments
     if assignments:
@@ -138,7 +158,7 @@ def _partition_count(broker: Broker, wanted: Any) -> int:
     return broker.settings.default_partitions if count == DEFAULT_PARTITIONS else count
 
 
-def _check_replicas(broker: Broker, broker_ids: Any) -> None:
+def _check_replicas(broker: Broker, broker_ids: Sequence[int]) -> None:
     if list(broker_ids) != [broker.node_id]:
         raise InvalidReplicaAssignmentError(
             f"replicas {list(broker_ids)}: the only broker is {broker.node_id}"
@@ -162,13 +182,13 @@ def _created_error(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
 
 
 def handle_delete_topics(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: DeleteTopicsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
-    wanted: list[tuple[str | None, uuid.UUID | None]]
-    if version < 6:
-        wanted = [(name, None) for name in request.topic_names]
-    else:
-        wanted = [(t.name, t.topic_id) for t in request.topics]
+    # v0-5 name topics in topic_names, v6+ in topics (by name or id); the other is empty.
+    wanted: list[tuple[str | None, uuid.UUID | None]] = [
+        *((name, None) for name in request.topic_names),
+        *((t.name, t.topic_id) for t in request.topics),
+    ]
     responses = []
     for name, topic_id in wanted:
         code, message = ErrorCode.none, None
@@ -199,7 +219,7 @@ def handle_delete_topics(
 
 
 def handle_create_partitions(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: CreatePartitionsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -230,10 +250,10 @@ def handle_create_partitions(
 
 
 def handle_describe_configs(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: DescribeConfigsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
-    synonyms = bool(getattr(request, "include_synonyms", False))
-    documentation = bool(getattr(request, "include_documentation", False))
+    synonyms = bool(request.include_synonyms)
+    documentation = bool(request.include_documentation)
     results = []
     for resource in request.resources:
         code, message, entries = ErrorCode.none, None, []
@@ -335,7 +355,7 @@ def _setting_type(value: object) -> str:
 
 
 def handle_alter_configs(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: AlterConfigsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     responses = []
     for resource in request.resources:
@@ -354,7 +374,7 @@ def handle_alter_configs(
 
 
 def handle_incremental_alter_configs(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: IncrementalAlterConfigsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     responses = []
     for resource in request.resources:
@@ -371,7 +391,7 @@ def handle_incremental_alter_configs(
     return {"responses": responses}
 
 
-def _check_alterable(broker: Broker, resource: Any) -> None:
+def _check_alterable(broker: Broker, resource: _Resource) -> None:
     kind = int(resource.resource_type)
     if kind == RESOURCE_BROKER:
         _check_broker_name(broker, resource.resource_name)
@@ -383,7 +403,7 @@ def _check_alterable(broker: Broker, resource: Any) -> None:
         raise _InvalidRequest(f"resource type {kind} cannot be altered (topics 2 can)")
 
 
-def _altered(resource: Any, code: ErrorCode, message: str | None) -> dict[str, Any]:
+def _altered(resource: _Resource, code: ErrorCode, message: str | None) -> dict[str, Any]:
     return {
         "error_code": code,
         "error_message": message,
@@ -396,7 +416,7 @@ def _altered(resource: Any, code: ErrorCode, message: str | None) -> dict[str, A
 
 
 def handle_delete_records(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: DeleteRecordsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
@@ -424,14 +444,14 @@ def handle_delete_records(
 
 
 def handle_describe_cluster(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: DescribeClusterRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     host, port = broker.advertised
     include_ops = bool(request.include_cluster_authorized_operations)
     return {
         "error_code": ErrorCode.none,
         "error_message": None,
-        "endpoint_type": getattr(request, "endpoint_type", 1),
+        "endpoint_type": request.endpoint_type,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "brokers": [
@@ -450,7 +470,7 @@ def handle_describe_cluster(
 
 
 def handle_describe_log_dirs(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: DescribeLogDirsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     logs = broker.logs.logs()
     if request.topics is None:

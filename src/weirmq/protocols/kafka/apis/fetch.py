@@ -34,6 +34,7 @@ from ....errors import ErrorCode, KafkaError
 from ....records.batch import count_records
 from ....storage.errors import OffsetOutOfRangeError
 from ....types import RequestContext, TopicPartition
+from ..requests import FetchPartition, FetchRequest
 
 FETCH_WAIT_MAX_MS = 30_000
 """Cap on a client's max_wait_ms, so a long poll never outlives typical request timeouts."""
@@ -54,9 +55,9 @@ class _Partition:
 
 
 def handle_fetch(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: FetchRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-    session_epoch = int(getattr(request, "session_epoch", _FINAL_EPOCH))
+    session_epoch = int(request.session_epoch)
     if session_epoch not in (_INITIAL_EPOCH, _FINAL_EPOCH):
         # An incremental fetch: whatever its session id, we hold no such session.
         return _top_level_error(ErrorCode.fetch_session_id_not_found)
@@ -67,7 +68,7 @@ def handle_fetch(
     return _long_poll(broker, request, broker.clock() + max_wait_ms)
 
 
-async def _long_poll(broker: Broker, request: Any, deadline_ms: int) -> dict[str, Any]:
+async def _long_poll(broker: Broker, request: FetchRequest, deadline_ms: int) -> dict[str, Any]:
     tps = [TopicPartition(t.topic, int(p.partition)) for t in request.topics for p in t.partitions]
     while True:
         waiting = broker.wait_for_data(tps, deadline_ms)
@@ -79,7 +80,11 @@ async def _long_poll(broker: Broker, request: Any, deadline_ms: int) -> dict[str
             return _response(broker, result)
 
 
-def _read_all(broker: Broker, request: Any) -> tuple[list[tuple[str, list[_Partition]]], int, bool]:
+_Read = list[tuple[str, list["_Partition"]]]
+"""Per topic in request order, its partitions' answers."""
+
+
+def _read_all(broker: Broker, request: FetchRequest) -> tuple[_Read, int, bool]:
     budget = int(request.max_bytes)
     found = 0
     failed = False
@@ -98,13 +103,19 @@ def _read_all(broker: Broker, request: Any) -> tuple[list[tuple[str, list[_Parti
 
 
 def _read_one(
-    broker: Broker, topic: str, wanted: Any, partition: _Partition, limit: int, *, first: bool
+    broker: Broker,
+    topic: str,
+    wanted: FetchPartition,
+    partition: _Partition,
+    limit: int,
+    *,
+    first: bool,
 ) -> None:
     found = broker.partition(topic, partition.index)
     if found is None:
         partition.error = ErrorCode.unknown_topic_or_partition
         return
-    current_epoch = int(getattr(wanted, "current_leader_epoch", -1))
+    current_epoch = int(wanted.current_leader_epoch)
     if current_epoch > found.leader_epoch:
         partition.error = ErrorCode.unknown_leader_epoch
         return

@@ -24,6 +24,7 @@ from ....broker.core import INTERNAL_TOPICS, LEADER_EPOCH, Broker
 from ....broker.topics import Topic
 from ....errors import ErrorCode, KafkaError
 from ....types import RequestContext
+from ..requests import InitProducerIdRequest, MetadataRequest, MetadataTopic
 
 TOPIC_ID_LOOKUP_VERSION = 12
 """Metadata versions below this have a topic id field but cannot look topics up by it."""
@@ -36,7 +37,7 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 
 def handle_metadata(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: MetadataRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     host, port = broker.advertised
     node = broker.node_id
@@ -44,10 +45,10 @@ def handle_metadata(
     if wanted is None or (version == 0 and not wanted):
         topics = [_describe(broker, t) for t in broker.topics]
     else:
-        allow = bool(getattr(request, "allow_auto_topic_creation", True))
+        allow = bool(request.allow_auto_topic_creation)
         topics = [_lookup(broker, entry, allow, version) for entry in wanted]
-    include_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
-    include_cluster_ops = bool(getattr(request, "include_cluster_authorized_operations", False))
+    include_topic_ops = bool(request.include_topic_authorized_operations)
+    include_cluster_ops = bool(request.include_cluster_authorized_operations)
     for topic in topics:
         topic["topic_authorized_operations"] = (
             _TOPIC_OPERATIONS if include_topic_ops else AUTHORIZED_OPERATIONS_OMITTED
@@ -64,9 +65,10 @@ def handle_metadata(
     }
 
 
-def _lookup(broker: Broker, entry: Any, allow_auto_create: bool, version: int) -> dict[str, Any]:
-    name = getattr(entry, "name", None)
-    topic_id = getattr(entry, "topic_id", None)
+def _lookup(
+    broker: Broker, entry: MetadataTopic, allow_auto_create: bool, version: int
+) -> dict[str, Any]:
+    name, topic_id = entry.name, entry.topic_id
     if name is None:
         if version < TOPIC_ID_LOOKUP_VERSION:  # v10-11 carry ids but cannot name by them
             return _error(ErrorCode.invalid_request, "", None)
@@ -117,7 +119,7 @@ def _describe(broker: Broker, topic: Topic) -> dict[str, Any]:
 
 
 def handle_init_producer_id(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: InitProducerIdRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     if request.transactional_id is not None:
         return {

@@ -25,13 +25,19 @@ from typing import Any
 from ....broker.core import Broker
 from ....errors import ErrorCode, KafkaError
 from ....types import RequestContext
+from ..requests import (
+    EpochPartition,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+)
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 UNDEFINED = -1
 
 
 def handle_list_offsets(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: ListOffsetsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
@@ -40,7 +46,7 @@ def handle_list_offsets(
     return {"topics": topics}
 
 
-def _list_one(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
+def _list_one(broker: Broker, topic: str, wanted: ListOffsetsPartition) -> dict[str, Any]:
     index = int(wanted.partition_index)
     answer: dict[str, Any] = {
         "partition_index": index,
@@ -55,7 +61,7 @@ def _list_one(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
         return answer
     answer["leader_epoch"] = partition.leader_epoch
     partition_log = partition.log
-    if int(getattr(wanted, "current_leader_epoch", -1)) > partition.leader_epoch:
+    if int(wanted.current_leader_epoch) > partition.leader_epoch:
         answer["error_code"] = ErrorCode.unknown_leader_epoch
         return answer
     timestamp = int(wanted.timestamp)
@@ -82,7 +88,7 @@ def _list_one(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
 
 
 def handle_offset_for_leader_epoch(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: OffsetForLeaderEpochRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
@@ -91,7 +97,7 @@ def handle_offset_for_leader_epoch(
     return {"topics": topics}
 
 
-def _epoch_end(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
+def _epoch_end(broker: Broker, topic: str, wanted: EpochPartition) -> dict[str, Any]:
     index = int(wanted.partition)
     answer: dict[str, Any] = {
         "error_code": ErrorCode.none,
@@ -102,7 +108,7 @@ def _epoch_end(broker: Broker, topic: str, wanted: Any) -> dict[str, Any]:
     partition = broker.partition(topic, index)
     if partition is None:
         answer["error_code"] = ErrorCode.unknown_topic_or_partition
-    elif int(getattr(wanted, "current_leader_epoch", -1)) > partition.leader_epoch:
+    elif int(wanted.current_leader_epoch) > partition.leader_epoch:
         answer["error_code"] = ErrorCode.unknown_leader_epoch
     elif partition.offline_reason is not None:
         answer["error_code"] = ErrorCode.kafka_storage_error

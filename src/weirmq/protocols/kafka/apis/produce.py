@@ -29,6 +29,7 @@ from ....broker.partition import Durability, NotOneBatchError, Partition
 from ....errors import ErrorCode, KafkaError
 from ....storage.errors import StorageError
 from ....types import RequestContext
+from ..wire.fast import PartitionProduceData, ProduceRequest
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class _Outcome:
 
 
 def handle_produce(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: ProduceRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any] | Awaitable[dict[str, Any] | None] | None:
     acks = int(request.acks)
     durability = _DURABILITY.get(acks)
@@ -78,7 +79,11 @@ def handle_produce(
 
 
 def _publish(
-    broker: Broker, topic_name: str, data: Any, durability: Durability, outcome: _Outcome
+    broker: Broker,
+    topic_name: str,
+    data: PartitionProduceData,
+    durability: Durability,
+    outcome: _Outcome,
 ) -> None:
     try:
         if topic_name in INTERNAL_TOPICS:  # the group coordinator's log is its own

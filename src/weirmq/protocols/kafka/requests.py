@@ -1,0 +1,324 @@
+"""Version-independent, typed Kafka requests: what a handler may read, at every version.
+
+kio decodes each request into the dataclass of its exact version (`FetchRequest` v4 and v12
+are different classes with different fields). A handler should not care which of a dozen
+versions it answers, so it is written against one `Protocol` per request below: every field
+it reads, typed, whatever the version. Fields that some advertised versions lack get the
+value Kafka gives them when absent, declared once in `ABSENT` (by the path of field names
+that leads to them), instead of `getattr(request, name, default)` scattered through the
+handlers, where a misspelt name silently read the default on every version.
+
+How a decoded request comes to have every field: the first time a request class is seen
+(`conform`, called by the dispatcher once per class), each field of `ABSENT` that the class
+lacks is set on the class itself as a class attribute, so an instance without that slot
+reads the absent value. Nothing is done per request, and kio's readers, writers and
+equality look only at the dataclass fields, which are untouched.
+
+Tests check both directions for every API and advertised version
+(tests/protocols/kafka/test_requests.py): every field a Protocol declares exists in every
+advertised version or has an `ABSENT` entry, and every `ABSENT` path names a field some
+version has, so a misspelt name fails a test instead of reading a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import typing
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+FieldPath = tuple[str, ...]
+
+# --- Fetch (1) -----------------------------------------------------------------------------
+
+
+class FetchPartition(Protocol):
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    partition_max_bytes: int
+
+
+class FetchTopic(Protocol):
+    topic: str
+    partitions: Sequence[FetchPartition]
+
+
+class FetchRequest(Protocol):
+    max_wait: datetime.timedelta
+    min_bytes: int
+    max_bytes: int
+    session_id: int
+    session_epoch: int
+    topics: Sequence[FetchTopic]
+
+
+# --- ListOffsets (2) -----------------------------------------------------------------------
+
+
+class ListOffsetsPartition(Protocol):
+    partition_index: int
+    current_leader_epoch: int
+    timestamp: int
+
+
+class ListOffsetsTopic(Protocol):
+    name: str
+    partitions: Sequence[ListOffsetsPartition]
+
+
+class ListOffsetsRequest(Protocol):
+    topics: Sequence[ListOffsetsTopic]
+
+
+# --- Metadata (3) --------------------------------------------------------------------------
+
+
+class MetadataTopic(Protocol):
+    name: str | None
+    topic_id: uuid.UUID | None
+
+
+class MetadataRequest(Protocol):
+    topics: Sequence[MetadataTopic] | None
+    allow_auto_topic_creation: bool
+    include_cluster_authorized_operations: bool
+    include_topic_authorized_operations: bool
+
+
+# --- InitProducerId (22), OffsetForLeaderEpoch (23) ----------------------------------------
+
+
+class InitProducerIdRequest(Protocol):
+    transactional_id: str | None
+
+
+class EpochPartition(Protocol):
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+
+
+class EpochTopic(Protocol):
+    topic: str
+    partitions: Sequence[EpochPartition]
+
+
+class OffsetForLeaderEpochRequest(Protocol):
+    topics: Sequence[EpochTopic]
+
+
+# --- admin: topics and partitions ----------------------------------------------------------
+
+
+class CreatableConfig(Protocol):
+    name: str
+    value: str | None
+
+
+class CreatableAssignment(Protocol):
+    partition_index: int
+    broker_ids: Sequence[int]
+
+
+class CreatableTopic(Protocol):
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignments: Sequence[CreatableAssignment]
+    configs: Sequence[CreatableConfig]
+
+
+class CreateTopicsRequest(Protocol):
+    topics: Sequence[CreatableTopic]
+    validate_only: bool
+
+
+class DeleteTopicState(Protocol):
+    name: str | None
+    topic_id: uuid.UUID
+
+
+class DeleteTopicsRequest(Protocol):
+    topic_names: Sequence[str]
+    """v0-5 name topics here (empty from v6)."""
+    topics: Sequence[DeleteTopicState]
+    """v6+ name topics, or topic ids, here (empty before v6)."""
+
+
+class DeleteRecordsPartition(Protocol):
+    partition_index: int
+    offset: int
+
+
+class DeleteRecordsTopic(Protocol):
+    name: str
+    partitions: Sequence[DeleteRecordsPartition]
+
+
+class DeleteRecordsRequest(Protocol):
+    topics: Sequence[DeleteRecordsTopic]
+
+
+class CreatePartitionsAssignment(Protocol):
+    broker_ids: Sequence[int]
+
+
+class CreatePartitionsTopic(Protocol):
+    name: str
+    count: int
+    assignments: Sequence[CreatePartitionsAssignment] | None
+
+
+class CreatePartitionsRequest(Protocol):
+    topics: Sequence[CreatePartitionsTopic]
+    validate_only: bool
+
+
+# --- admin: configs, the cluster, log dirs -------------------------------------------------
+
+
+class DescribeConfigsResource(Protocol):
+    resource_type: int
+    resource_name: str
+    configuration_keys: Sequence[str] | None
+
+
+class DescribeConfigsRequest(Protocol):
+    resources: Sequence[DescribeConfigsResource]
+    include_synonyms: bool
+    include_documentation: bool
+
+
+class AlterableConfig(Protocol):
+    name: str
+    value: str | None
+
+
+class AlterConfigsResource(Protocol):
+    resource_type: int
+    resource_name: str
+    configs: Sequence[AlterableConfig]
+
+
+class AlterConfigsRequest(Protocol):
+    resources: Sequence[AlterConfigsResource]
+    validate_only: bool
+
+
+class AlterableConfigOp(Protocol):
+    name: str
+    config_operation: int
+    value: str | None
+
+
+class IncrementalAlterConfigsResource(Protocol):
+    resource_type: int
+    resource_name: str
+    configs: Sequence[AlterableConfigOp]
+
+
+class IncrementalAlterConfigsRequest(Protocol):
+    resources: Sequence[IncrementalAlterConfigsResource]
+    validate_only: bool
+
+
+class DescribeClusterRequest(Protocol):
+    include_cluster_authorized_operations: bool
+    endpoint_type: int
+
+
+class DescribeLogDirsTopic(Protocol):
+    topic: str
+    partitions: Sequence[int]
+
+
+class DescribeLogDirsRequest(Protocol):
+    topics: Sequence[DescribeLogDirsTopic] | None
+
+
+# --- what absent fields read ----------------------------------------------------------------
+
+ABSENT: dict[int, dict[FieldPath, Any]] = {
+    # Fetch: sessions from v7, the leader-epoch fence from v9.
+    1: {("session_id",): 0, ("session_epoch",): -1,
+        ("topics", "partitions", "current_leader_epoch"): -1},
+    # ListOffsets: the leader-epoch fence from v4.
+    2: {("topics", "partitions", "current_leader_epoch"): -1},
+    # Metadata: v0-3 always auto-create; topic ids from v10; operations from v8.
+    3: {
+        ("allow_auto_topic_creation",): True,
+        ("include_cluster_authorized_operations",): False,
+        ("include_topic_authorized_operations",): False,
+        ("topics", "topic_id"): None,
+    },
+    # DeleteTopics: names until v5, topic states from v6.
+    20: {("topic_names",): (), ("topics",): ()},
+    # DescribeConfigs: synonyms from v1, documentation from v3.
+    32: {("include_synonyms",): False, ("include_documentation",): False},
+    # DescribeCluster: the endpoint type from v1 (1: brokers).
+    60: {("endpoint_type",): 1},
+}
+"""Per API key, the value a field reads in versions that lack it, by its path."""
+
+
+# --- conforming kio's classes --------------------------------------------------------------
+
+
+def conform(api_key: int, cls: type[Any]) -> None:
+    """Give request class `cls` (one version of `api_key`) every field of `ABSENT` it
+    lacks, as class attributes; see the module docstring. Idempotent."""
+    for path, value in ABSENT.get(api_key, {}).items():
+        owner = _class_at(cls, path[:-1])
+        if owner is not None and path[-1] not in _field_names(owner):
+            setattr(owner, path[-1], value)
+
+
+def _class_at(cls: type[Any], path: FieldPath) -> type[Any] | None:
+    """The entity class reached from `cls` through `path`; None if a step is missing."""
+    for name in path:
+        hints = typing.get_type_hints(cls)
+        if name not in hints:
+            return None
+        found = entity_class(hints[name])
+        if found is None:
+            return None
+        cls = found
+    return cls
+
+
+def entity_class(hint: Any) -> type[Any] | None:
+    """The dataclass a field holds (one, or a tuple of them; None allowed), else None."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple and args:
+        hint = args[0]
+    elif args and type(None) in args:  # X | None
+        inner = [a for a in args if a is not type(None)]
+        hint = entity_class(inner[0]) if len(inner) == 1 else None
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+
+
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+PROTOCOLS: Mapping[int, type[Any]] = {
+    1: FetchRequest,
+    2: ListOffsetsRequest,
+    3: MetadataRequest,
+    19: CreateTopicsRequest,
+    20: DeleteTopicsRequest,
+    21: DeleteRecordsRequest,
+    22: InitProducerIdRequest,
+    23: OffsetForLeaderEpochRequest,
+    32: DescribeConfigsRequest,
+    33: AlterConfigsRequest,
+    35: DescribeLogDirsRequest,
+    37: CreatePartitionsRequest,
+    44: IncrementalAlterConfigsRequest,
+    60: DescribeClusterRequest,
+}
+"""The typed view of each API's request (Produce has its own decoder, `wire.fast`), for
+the test that checks the views against kio's classes."""
