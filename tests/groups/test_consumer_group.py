@@ -6,7 +6,6 @@ members on the coordinator's side, none owned by two consumers on the clients' s
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import uuid
 from collections.abc import Mapping
@@ -15,8 +14,6 @@ from dataclasses import dataclass, field, replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kio.schema.consumer_group_describe.v0 import response as describe_v0
-from kio.schema.consumer_group_describe.v1 import response as describe_v1
 
 from weirmq.errors import ErrorCode
 from weirmq.groups.consumer import (
@@ -31,7 +28,7 @@ from weirmq.groups.consumer import (
     TopicInfo,
 )
 from weirmq.groups.errors import GroupError
-from weirmq.groups.views import GroupView, MemberView
+from weirmq.groups.views import AssignedTopic, GroupView, MemberView
 
 SESSION_MS = 45_000
 HEARTBEAT_MS = 5_000
@@ -692,43 +689,26 @@ def test_offset_requests_must_come_from_a_current_member() -> None:
     assert group.validate_fetch("ghost", 1) is ErrorCode.unknown_member_id
 
 
-def field_names(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
-
-
-def test_describe_uses_kio_field_names() -> None:
+def test_describe_shows_epochs_members_and_both_assignments() -> None:
     sim = Sim()
     sim.join("a", instance_id="host-a")
     sim.join("b")
 
     described = sim.group.describe()
 
-    assert set(described) == field_names(describe_v1.DescribedGroup)
-    assert set(described) == field_names(describe_v0.DescribedGroup)
-    member = described["members"][0]
-    assert set(member) == field_names(describe_v1.Member)
-    assert set(member) - {"member_type"} == field_names(describe_v0.Member)
-    assert set(member["assignment"]) == field_names(describe_v1.Assignment)
-    entry = member["target_assignment"]["topic_partitions"][0]
-    assert set(entry) == field_names(describe_v1.TopicPartitions)
-    assert described["error_code"] is ErrorCode.none
-    assert described["group_state"] == "Reconciling"
-    assert (described["group_epoch"], described["assignment_epoch"]) == (2, 2)
-    assert described["assignor_name"] == "uniform"
-    assert described["authorized_operations"] == -(2**31)
-    a, b = described["members"]
-    assert (a["member_id"], a["instance_id"], a["client_id"], a["member_epoch"]) == (
-        "m1",
-        "host-a",
-        "a",
-        1,
-    )
-    assert a["subscribed_topic_names"] == ("orders",)
-    assert a["assignment"]["topic_partitions"] == (
-        {"topic_id": topic_id("orders"), "topic_name": "orders", "partitions": (0, 1, 2, 3, 4, 5)},
-    )
-    assert a["target_assignment"]["topic_partitions"][0]["partitions"] == (0, 1, 2)
-    assert b["assignment"]["topic_partitions"] == ()
+    assert (described.group_id, described.state) == ("g", "Reconciling")
+    assert (described.group_epoch, described.assignment_epoch) == (2, 2)
+    assert described.assignor == "uniform"
+    a, b = described.members
+    assert (a.member_id, a.instance_id, a.client_id, a.member_epoch) == ("m1", "host-a", "a", 1)
+    assert (b.member_id, b.instance_id, b.client_id, b.member_epoch) == ("m2", None, "b", 2)
+    assert a.subscribed_topic_names == ("orders",)
+    assert a.subscribed_topic_regex is None
+    orders = topic_id("orders")
+    assert a.assignment == (AssignedTopic(orders, "orders", (0, 1, 2, 3, 4, 5)),)
+    assert a.target_assignment == (AssignedTopic(orders, "orders", (0, 1, 2)),)
+    assert b.assignment == ()
+    assert b.target_assignment == (AssignedTopic(orders, "orders", (3, 4, 5)),)
 
 
 def test_view_shows_what_each_member_holds() -> None:
@@ -766,7 +746,7 @@ def test_only_an_empty_group_can_be_deleted_and_a_dead_one_refuses_everything() 
     assert sim.group.expire(sim.now_ms + 10 * SESSION_MS) == []
     assert error_of(lambda: sim.join("b")) is ErrorCode.group_id_not_found
     assert error_of(sim.group.delete) is ErrorCode.group_id_not_found
-    assert sim.group.describe()["error_code"] is ErrorCode.group_id_not_found
+    assert error_of(sim.group.describe) is ErrorCode.group_id_not_found
 
 
 def test_transition_table_covers_every_state() -> None:

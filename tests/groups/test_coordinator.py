@@ -16,6 +16,8 @@ from weirmq.groups import consumer as kip848
 from weirmq.groups.classic import ClassicSettings, JoinRequest, JoinResult, State, SyncResult
 from weirmq.groups.coordinator import CommitRequest, CoordinatorSettings, GroupCoordinator
 from weirmq.groups.errors import GroupError
+from weirmq.groups.protocol import encode_assignment
+from weirmq.groups.views import AssignedTopic, ClassicDescription, ClassicMemberDescription
 
 DAY_MS = 24 * 3600 * 1000
 TOPIC_ID = uuid.uuid4()
@@ -289,13 +291,51 @@ def test_describe_and_list(fx: Fixture) -> None:
         ("solo", "", "Empty", "classic"),
     ]
     described = c.describe_group("g")
-    assert described["group_state"] == "Stable"
-    assert described["members"][0]["member_assignment"] == b"a"
-    assert c.describe_group("nobody")["group_state"] == "Dead"
+    assert described is not None
+    assert (described.group_id, described.state) == ("g", "Stable")
+    assert (described.protocol_type, described.protocol) == ("consumer", "range")
+    (member,) = described.members
+    assert (member.client_id, member.client_host, member.assignment) == ("c", "/h", b"a")
+    assert c.describe_group("nobody") is None  # the adapter shows it as Dead
     with pytest.raises(GroupError) as info:
         c.describe_consumer_group("g")
     assert info.value.code is ErrorCode.group_id_not_found
     assert State.STABLE.value == "Stable"
+
+
+def test_a_consumer_group_is_described_in_classic_terms_too(fx: Fixture) -> None:
+    c = fx.coordinator
+    c.consumer_heartbeat(
+        kip848.HeartbeatRequest(
+            "g", "m1", 0, rebalance_timeout_ms=10_000, subscribed_topic_names=("t",)
+        ),
+        "c",
+        "/h",
+        0,
+    )
+
+    described = c.describe_group("g")
+
+    assert described == ClassicDescription(
+        group_id="g",
+        state="Stable",
+        protocol_type="consumer",
+        protocol="uniform",
+        members=(
+            ClassicMemberDescription(
+                member_id="m1",
+                group_instance_id=None,
+                client_id="c",
+                client_host="/h",
+                metadata=b"",
+                assignment=encode_assignment([("t", p) for p in range(4)]),
+            ),
+        ),
+    )
+    consumer = c.describe_consumer_group("g")
+    assert (consumer.group_id, consumer.state, consumer.assignor) == ("g", "Stable", "uniform")
+    (member,) = consumer.members
+    assert member.assignment == (AssignedTopic(TOPIC_ID, "t", (0, 1, 2, 3)),)
 
 
 def test_offsets_of_a_deleted_topic_are_forgotten_for_good(fx: Fixture) -> None:

@@ -208,14 +208,13 @@ def group_lag(
     owners = {tp: m.member_id for m in (view.members if view else ()) for tp in m.assignment}
     committed = coordinator.committed(group_id)
     result = []
-    for topic, partition in sorted(set(committed) | set(owners)):
+    for tp in sorted(set(committed) | set(owners)):
+        topic, partition = tp
         found = partition_of(topic, partition)
         end = -1 if found is None else found.high_watermark
-        offset = committed.get((topic, partition), -1)
+        offset = committed.get(tp, -1)
         lag = end - offset if end >= 0 and offset >= 0 else None
-        result.append(
-            PartitionLag(topic, partition, offset, end, lag, owners.get((topic, partition)))
-        )
+        result.append(PartitionLag(topic, partition, offset, end, lag, owners.get(tp)))
     return result
 
 

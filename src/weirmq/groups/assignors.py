@@ -37,8 +37,7 @@ from collections import deque
 from collections.abc import Mapping, Set
 from typing import Final, Protocol
 
-TopicPartition = tuple[str, int]
-"""(topic name, partition)."""
+from ..types import TopicPartition
 
 Assignment = dict[str, frozenset[TopicPartition]]
 """Member id -> the partitions assigned to it."""
@@ -87,7 +86,7 @@ def assign_range(
         start = 0
         for index, member in enumerate(subscribers):
             count = base + (1 if index < extra else 0)
-            result[member].update((topic, p) for p in range(start, start + count))
+            result[member].update(TopicPartition(topic, p) for p in range(start, start + count))
             start += count
     return {member: frozenset(assigned) for member, assigned in result.items()}
 
@@ -127,7 +126,7 @@ def _kept(
 
 
 def _all_partitions(topics: Set[str], partitions: Mapping[str, int]) -> list[TopicPartition]:
-    return [(topic, p) for topic in sorted(topics) for p in range(partitions[topic])]
+    return [TopicPartition(topic, p) for topic in sorted(topics) for p in range(partitions[topic])]
 
 
 def _uniform_same_subscriptions(

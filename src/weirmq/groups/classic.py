@@ -42,13 +42,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from ..errors import ErrorCode
+from ..types import TopicPartition
 from . import protocol as consumer_protocol
 from .errors import GroupError
 from .records import GroupValue, MemberRecord
-from .views import GroupView, MemberView
+from .views import ClassicDescription, ClassicMemberDescription, GroupView, MemberView
 
 
 class State(Enum):
@@ -671,7 +671,7 @@ class ClassicGroup:
             topics |= consumer_protocol.subscribed_topics(member.metadata(self.protocol))
         return frozenset(topics)
 
-    def owners(self) -> dict[tuple[str, int], str]:
+    def owners(self) -> dict[TopicPartition, str]:
         if self.protocol_type != "consumer" or self.state is not State.STABLE:
             return {}
         return {
@@ -701,26 +701,24 @@ class ClassicGroup:
             ),
         )
 
-    def describe(self) -> dict[str, Any]:
-        """A DescribeGroups entry (kio field names). Member metadata and assignments are
-        shown only in Stable, as Kafka does: otherwise they are about to change."""
+    def describe(self) -> ClassicDescription:
+        """What DescribeGroups shows. Member metadata and assignments, and the protocol,
+        are shown only in Stable, as Kafka does: otherwise they are about to change."""
         stable = self.state is State.STABLE
-        return {
-            "error_code": ErrorCode.none,
-            "group_id": self.group_id,
-            "group_state": self.state.value,
-            "protocol_type": self.protocol_type or "",
-            "protocol_data": (self.protocol or "") if stable else "",
-            "members": [
-                {
-                    "member_id": m.member_id,
-                    "group_instance_id": m.group_instance_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "member_metadata": m.metadata(self.protocol) if stable else b"",
-                    "member_assignment": m.assignment if stable else b"",
-                }
+        return ClassicDescription(
+            group_id=self.group_id,
+            state=self.state.value,
+            protocol_type=self.protocol_type or "",
+            protocol=(self.protocol or "") if stable else "",
+            members=tuple(
+                ClassicMemberDescription(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    metadata=m.metadata(self.protocol) if stable else b"",
+                    assignment=m.assignment if stable else b"",
+                )
                 for m in self.members.values()
-            ],
-            "authorized_operations": -(2**31),
-        }
+            ),
+        )

@@ -60,12 +60,19 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Final, TypedDict
+from typing import Final
 
 from ..errors import ErrorCode
-from .assignors import ASSIGNORS, TopicPartition
+from ..types import TopicPartition
+from .assignors import ASSIGNORS
 from .errors import GroupError
-from .views import GroupView, MemberView
+from .views import (
+    AssignedTopic,
+    ConsumerGroupDescription,
+    ConsumerMemberDescription,
+    GroupView,
+    MemberView,
+)
 
 JOIN_EPOCH: Final = 0
 LEAVE_EPOCH: Final = -1
@@ -74,10 +81,6 @@ STATIC_LEAVE_EPOCH: Final = -2
 """A static member leaving for a while; its partitions wait for it."""
 UNCHANGED_REBALANCE_TIMEOUT: Final = -1
 """A heartbeat's rebalance_timeout when it repeats nothing."""
-AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
-"""ConsumerGroupDescribe's authorized_operations when the client did not ask for them."""
-MEMBER_TYPE_CONSUMER: Final = 1
-"""ConsumerGroupDescribe v1's member_type of a member that speaks this protocol."""
 _MEMBER_ID_ATTEMPTS_MAX: Final = 16
 
 Partition = tuple[uuid.UUID, int]
@@ -101,6 +104,7 @@ class GroupEvent(Enum):
     HEARTBEAT = "heartbeat"
     EXPIRE = "expire"
     DELETE = "delete"
+    DESCRIBE = "describe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +113,7 @@ class _Row:
     leads_to: frozenset[GroupState]
 
 
-_LIVE: Final = frozenset({GroupEvent.HEARTBEAT, GroupEvent.EXPIRE})
+_LIVE: Final = frozenset({GroupEvent.HEARTBEAT, GroupEvent.EXPIRE, GroupEvent.DESCRIBE})
 
 TRANSITIONS: Final[Mapping[GroupState, _Row]] = {
     GroupState.EMPTY: _Row(
@@ -222,45 +226,6 @@ class ConsumerGroupMember:
     @property
     def held(self) -> Partitions:
         return self.assigned | self.pending_revocation
-
-
-class DescribedTopicPartitions(TypedDict):
-    topic_id: uuid.UUID
-    topic_name: str
-    partitions: tuple[int, ...]
-
-
-class DescribedAssignment(TypedDict):
-    topic_partitions: tuple[DescribedTopicPartitions, ...]
-
-
-class DescribedMember(TypedDict):
-    member_id: str
-    instance_id: str | None
-    rack_id: str | None
-    member_epoch: int
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
-    assignment: DescribedAssignment
-    target_assignment: DescribedAssignment
-    member_type: int
-    """v1 only."""
-
-
-class DescribedGroup(TypedDict):
-    """One `groups` entry of ConsumerGroupDescribe v0/v1, with kio's field names."""
-
-    error_code: ErrorCode
-    error_message: str | None
-    group_id: str
-    group_state: str
-    group_epoch: int
-    assignment_epoch: int
-    assignor_name: str
-    members: tuple[DescribedMember, ...]
-    authorized_operations: int
 
 
 def _random_member_id() -> str:
@@ -384,23 +349,22 @@ class ConsumerGroup:
             ),
         )
 
-    def describe(self, topics: Mapping[str, TopicInfo] | None = None) -> DescribedGroup:
-        """The ConsumerGroupDescribe entry; topic ids are named from `topics` (or the last
-        snapshot), and partitions of topics that no longer exist are left out, as Kafka."""
+    def describe(self, topics: Mapping[str, TopicInfo] | None = None) -> ConsumerGroupDescription:
+        """The group for ConsumerGroupDescribe; topic ids are named from `topics` (or the
+        last snapshot), and partitions of topics that no longer exist are left out, as
+        Kafka does. A Dead group is refused with GROUP_ID_NOT_FOUND."""
+        self._require(GroupEvent.DESCRIBE)
         if topics is not None:
             self._observe_topics(topics)
         names = self._topic_names()
-        dead = self._state is GroupState.DEAD
-        return DescribedGroup(
-            error_code=ErrorCode.group_id_not_found if dead else ErrorCode.none,
-            error_message=None,
+        return ConsumerGroupDescription(
             group_id=self._group_id,
-            group_state=self._state.value,
+            state=self._state.value,
             group_epoch=self._group_epoch,
             assignment_epoch=self._assignment_epoch,
-            assignor_name=self._assignor,
+            assignor=self._assignor,
             members=tuple(
-                DescribedMember(
+                ConsumerMemberDescription(
                     member_id=m.member_id,
                     instance_id=m.instance_id,
                     rack_id=m.rack_id,
@@ -411,11 +375,9 @@ class ConsumerGroup:
                     subscribed_topic_regex=m.subscribed_topic_regex,
                     assignment=_described(m.assigned, names),
                     target_assignment=_described(self.target(m.member_id), names),
-                    member_type=MEMBER_TYPE_CONSUMER,
                 )
                 for m in self.members
             ),
-            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
 
     # -- events --------------------------------------------------------------------------
@@ -785,7 +747,7 @@ class ConsumerGroup:
         """Compute the target assignment for the current group epoch."""
         ids = {info.topic_id: name for name, info in self._subscribed.items()}
         current = {
-            member_id: frozenset((ids[t], p) for t, p in target if t in ids)
+            member_id: frozenset(TopicPartition(ids[t], p) for t, p in target if t in ids)
             for member_id, target in self._target.items()
         }
         by_name = ASSIGNORS[self._assignor](
@@ -945,19 +907,14 @@ def _by_topic_id(partitions: Partitions) -> dict[uuid.UUID, tuple[int, ...]]:
 
 
 def _by_name(partitions: Partitions, names: Mapping[uuid.UUID, str]) -> tuple[TopicPartition, ...]:
-    return tuple(sorted((names[t], p) for t, p in partitions if t in names))
+    return tuple(sorted(TopicPartition(names[t], p) for t, p in partitions if t in names))
 
 
-def _described(partitions: Partitions, names: Mapping[uuid.UUID, str]) -> DescribedAssignment:
+def _described(partitions: Partitions, names: Mapping[uuid.UUID, str]) -> tuple[AssignedTopic, ...]:
     # Topic names are unique in a snapshot, so the sort never compares the ids.
     entries = sorted(
         (names[topic_id], topic_id, ps)
         for topic_id, ps in _by_topic_id(partitions).items()
         if topic_id in names
     )
-    return DescribedAssignment(
-        topic_partitions=tuple(
-            DescribedTopicPartitions(topic_id=topic_id, topic_name=name, partitions=ps)
-            for name, topic_id, ps in entries
-        )
-    )
+    return tuple(AssignedTopic(topic_id, name, ps) for name, topic_id, ps in entries)

@@ -40,12 +40,13 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ErrorCode
+from ..types import TopicPartition
 from . import consumer as kip848
 from .classic import ClassicGroup, ClassicSettings, JoinCallback, JoinRequest, State, SyncCallback
 from .errors import GroupError
+from .protocol import encode_assignment
 from .records import (
     GroupKey,
     OffsetKey,
@@ -57,11 +58,15 @@ from .records import (
     encode_key,
     encode_value,
 )
-from .views import GroupView, MemberView
+from .views import (
+    ClassicDescription,
+    ClassicMemberDescription,
+    ConsumerGroupDescription,
+    GroupView,
+)
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 RecordPair = tuple[bytes, bytes | None]
 """(key, value) of one record of the coordinator's log; value None is a tombstone."""
 
@@ -256,14 +261,15 @@ class GroupCoordinator:
         else:
             self._empty_since.pop(group_id, None)
 
-    def describe_consumer_group(self, group_id: str) -> dict[str, Any]:
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        """A KIP-848 group (ConsumerGroupDescribe); GROUP_ID_NOT_FOUND for any other."""
         self._check_ready(group_id)
         group = self.groups.get(group_id)
         if not isinstance(group, kip848.ConsumerGroup):
             raise GroupError(
                 ErrorCode.group_id_not_found, f"group {group_id!r} is not a consumer group"
             )
-        return dict(group.describe(self._topics()))
+        return group.describe(self._topics())
 
     # --- offsets -------------------------------------------------------------------------
 
@@ -279,7 +285,7 @@ class GroupCoordinator:
             codes.append(code)
             if code is ErrorCode.none:
                 value = OffsetValue(offset, leader_epoch, metadata or "", now_ms)
-                accepted.append(((topic, partition), value))
+                accepted.append((TopicPartition(topic, partition), value))
         if not accepted:
             return codes
         self._write(
@@ -358,7 +364,7 @@ class GroupCoordinator:
                 by_topic.setdefault(topic, []).append((partition, value))
             return list(by_topic.items())
         return [
-            (topic, [(p, stored.get((topic, p))) for p in partitions])
+            (topic, [(p, stored.get(TopicPartition(topic, p))) for p in partitions])
             for topic, partitions in topics
         ]
 
@@ -390,7 +396,7 @@ class GroupCoordinator:
                     continue
                 codes.append((partition, ErrorCode.none))
                 if (topic, partition) in stored:
-                    doomed.append((topic, partition))
+                    doomed.append(TopicPartition(topic, partition))
             result.append((topic, codes))
         self._remove_offsets(group_id, doomed)
         return result
@@ -439,20 +445,13 @@ class GroupCoordinator:
             result.append((group_id, view.protocol_type, view.state, view.kind))
         return result
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
-        """A DescribeGroups entry; an unknown group is Dead, as Kafka describes it."""
+    def describe_group(self, group_id: str) -> ClassicDescription | None:
+        """A group in classic terms (DescribeGroups); None when there is no such group
+        (Kafka describes it as Dead)."""
         self._check_ready(group_id)
         group = self.groups.get(group_id)
         if group is None:
-            return {
-                "error_code": ErrorCode.none,
-                "group_id": group_id,
-                "group_state": State.DEAD.value,
-                "protocol_type": "",
-                "protocol_data": "",
-                "members": [],
-                "authorized_operations": -(2**31),
-            }
+            return None
         if isinstance(group, ClassicGroup):
             return group.describe()
         return _describe_as_classic(group.view())
@@ -544,7 +543,7 @@ class GroupCoordinator:
             raise RecordFormatError("a record without a key")
         decoded = decode_key(key)
         if isinstance(decoded, OffsetKey):
-            tp = (decoded.topic, decoded.partition)
+            tp = TopicPartition(decoded.topic, decoded.partition)
             if value is None:
                 stored = self.offsets.get(decoded.group_id, {})
                 stored.pop(tp, None)
@@ -593,30 +592,23 @@ def _expired(value: OffsetValue, empty_since: int, retention_ms: int, now_ms: in
     return max(value.commit_timestamp_ms, empty_since) + retention_ms <= now_ms
 
 
-def _describe_as_classic(view: GroupView) -> dict[str, Any]:
-    """DescribeGroups of a KIP-848 group, in classic terms (Kafka 4 answers so too): the
-    assignment in the consumer protocol's format, for tools that only speak classic."""
-    from .protocol import encode_assignment
-
-    return {
-        "error_code": ErrorCode.none,
-        "group_id": view.group_id,
-        "group_state": view.state,
-        "protocol_type": view.protocol_type,
-        "protocol_data": view.protocol,
-        "members": [
-            _classic_member(member, encode_assignment(member.assignment)) for member in view.members
-        ],
-        "authorized_operations": -(2**31),
-    }
-
-
-def _classic_member(member: MemberView, assignment: bytes) -> dict[str, Any]:
-    return {
-        "member_id": member.member_id,
-        "group_instance_id": member.group_instance_id,
-        "client_id": member.client_id,
-        "client_host": member.client_host,
-        "member_metadata": b"",
-        "member_assignment": assignment,
-    }
+def _describe_as_classic(view: GroupView) -> ClassicDescription:
+    """A KIP-848 group in classic terms (Kafka 4 describes it so too): the assignment in
+    the consumer protocol's format, for tools that only speak classic."""
+    return ClassicDescription(
+        group_id=view.group_id,
+        state=view.state,
+        protocol_type=view.protocol_type,
+        protocol=view.protocol,
+        members=tuple(
+            ClassicMemberDescription(
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                client_id=member.client_id,
+                client_host=member.client_host,
+                metadata=b"",
+                assignment=encode_assignment(member.assignment),
+            )
+            for member in view.members
+        ),
+    )

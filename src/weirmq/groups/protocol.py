@@ -22,12 +22,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+from ..types import TopicPartition
 from .records import BufferReader, RecordFormatError
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-
-TopicPartition = tuple[str, int]
 
 
 def subscribed_topics(metadata: bytes) -> frozenset[str]:
@@ -48,7 +47,7 @@ def assigned_partitions(assignment: bytes) -> tuple[TopicPartition, ...]:
         found = []
         for _ in range(reader.count()):
             topic = reader.string()
-            found += [(topic, reader.i32()) for _ in range(reader.count())]
+            found += [TopicPartition(topic, reader.i32()) for _ in range(reader.count())]
         return tuple(sorted(found))
     except RecordFormatError:
         return ()

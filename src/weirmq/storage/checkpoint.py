@@ -18,10 +18,11 @@ import logging
 import os
 from pathlib import Path
 
+from ..types import TopicPartition
+
 log = logging.getLogger(__name__)
 
 VERSION = 0
-TopicPartition = tuple[str, int]
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -66,7 +67,7 @@ def read_offsets(path: Path) -> dict[TopicPartition, int]:
         out = {}
         for line in lines[2:]:
             topic, partition, offset = line.split(" ")
-            out[(topic, int(partition))] = int(offset)
+            out[TopicPartition(topic, int(partition))] = int(offset)
         return out
     except (ValueError, IndexError) as exc:
         log.warning("ignoring malformed checkpoint %s (%s): recovering from the start", path, exc)

@@ -32,7 +32,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import TopicPartition, fsync_directory, read_offsets, write_offsets
+from ..types import TopicPartition
+from .checkpoint import fsync_directory, read_offsets, write_offsets
 from .config import LogConfig
 from .flusher import GroupCommitter, Waiter
 from .handles import HandleCache
@@ -60,7 +61,7 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
     topic, sep, partition = name.rpartition("-")
     if not sep or not topic or not partition.isdigit():
         return None
-    return topic, int(partition)
+    return TopicPartition(topic, int(partition))
 
 
 class LogManager:
@@ -120,7 +121,7 @@ class LogManager:
         self.write_checkpoints()
 
     def get(self, topic: str, partition: int) -> FileLog | None:
-        return self._logs.get((topic, partition))
+        return self._logs.get(TopicPartition(topic, partition))
 
     def logs(self) -> dict[TopicPartition, FileLog]:
         with self._lock:
@@ -128,7 +129,7 @@ class LogManager:
 
     def create(self, topic: str, partition: int, config: LogConfig | None = None) -> FileLog:
         """The partition's log, created empty if it does not exist."""
-        tp = (topic, partition)
+        tp = TopicPartition(topic, partition)
         existing = self._logs.get(tp)
         if existing is not None:
             return existing
@@ -147,7 +148,7 @@ class LogManager:
 
         The renamed directory keeps a prefix of the old name: a 249-character topic name
         plus the unique suffix would pass the file system's 255-byte limit."""
-        doomed = self._logs.get((topic, partition))
+        doomed = self._logs.get(TopicPartition(topic, partition))
         if doomed is None:
             return
         for segment in doomed.segments:
@@ -156,7 +157,7 @@ class LogManager:
         trash = doomed.directory.with_name(f"{prefix}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
         os.rename(doomed.directory, trash)
         with self._lock:
-            del self._logs[(topic, partition)]
+            del self._logs[TopicPartition(topic, partition)]
         shutil.rmtree(trash, ignore_errors=True)
 
     # --- durability -------------------------------------------------------------------

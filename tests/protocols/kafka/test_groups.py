@@ -25,11 +25,13 @@ from test_handlers import (  # noqa: F401 (fixture)
 
 from weirmq.broker import group_service
 from weirmq.broker.group_service import OFFSETS_TOPIC
+from weirmq.groups.protocol import encode_assignment
 from weirmq.testing.records import make_batch
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 PRODUCE, METADATA, DELETE_TOPICS = 0, 3, 20
 QUIET = {"flush_interval_ms": 3_600_000, "group_initial_rebalance_delay_ms": 0}
 
@@ -257,3 +259,109 @@ def test_deleting_a_topic_deletes_the_groups_offsets_of_it(client: Client) -> No
     assert fetch_offsets(client, "g") == {}  # the new "t" inherits nothing
     client.restart()
     assert fetch_offsets(client, "g") == {}
+
+
+@pytest.mark.parametrize("version", range(0, 6))
+def test_describe_groups_shows_a_stable_group_in_every_version(
+    client: Client, version: int
+) -> None:
+    async def scenario() -> Any:
+        joined = await call_async(client, JOIN_GROUP, join_request(instance="host-a"), 9)
+        sync = {
+            "group_id": "g",
+            "generation_id": joined.generation_id,
+            "member_id": joined.member_id,
+            "group_instance_id": "host-a",
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [{"member_id": joined.member_id, "assignment": b"all"}],
+        }
+        await call_async(client, SYNC_GROUP, sync, 5)
+        described = await call_async(client, DESCRIBE_GROUPS, {"groups": ["g", "x"]}, version)
+        return joined.member_id, described
+
+    member_id, described = asyncio.run(scenario())
+
+    g, x = described.groups
+    assert (g.error_code, g.group_id, g.group_state) == (ErrorCode.none, "g", "Stable")
+    assert (g.protocol_type, g.protocol_data) == ("consumer", "range")
+    (member,) = g.members
+    assert (member.member_id, member.client_id) == (member_id, "test-client")
+    assert (member.member_metadata, member.member_assignment) == (b"meta", b"all")
+    if version >= 4:
+        assert member.group_instance_id == "host-a"
+    if version >= 3:
+        assert g.authorized_operations == -(2**31)
+    # a group nobody knows is Dead, without an error, as Kafka describes it
+    assert (x.error_code, x.group_id, x.group_state, x.members) == (ErrorCode.none, "x", "Dead", ())
+
+
+def consumer_heartbeat(client: Client, member_id: str, instance_id: str | None = None) -> Any:
+    data = {
+        "group_id": "kg",
+        "member_id": member_id,
+        "member_epoch": 0,
+        "instance_id": instance_id,
+        "rack_id": None,
+        "rebalance_timeout": 30_000,
+        "subscribed_topic_names": ["t"],
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": [],
+    }
+    response = client.call(CONSUMER_GROUP_HEARTBEAT, data, 1)
+    assert response.error_code is ErrorCode.none, response.error_message
+    return response
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_consumer_group_describe_shows_epochs_and_both_assignments(
+    client: Client, version: int
+) -> None:
+    topic_id = client.metadata(["t"]).topics[0].topic_id
+    consumer_heartbeat(client, "member-a", "host-a")  # gets all four partitions
+    consumer_heartbeat(client, "member-b")  # the target splits them; a has not heard yet
+
+    data = {"group_ids": ["kg", "nope"], "include_authorized_operations": False}
+    kg, nope = client.call(CONSUMER_GROUP_DESCRIBE, data, version).groups
+
+    assert (kg.error_code, kg.error_message, kg.group_id) == (ErrorCode.none, None, "kg")
+    assert (kg.group_state, kg.group_epoch, kg.assignment_epoch) == ("Reconciling", 2, 2)
+    assert (kg.assignor_name, kg.authorized_operations) == ("uniform", -(2**31))
+    a, b = kg.members
+    assert (a.member_id, a.instance_id, a.rack_id, a.member_epoch) == (
+        "member-a",
+        "host-a",
+        None,
+        1,
+    )
+    assert (b.member_id, b.instance_id, b.member_epoch) == ("member-b", None, 2)
+    assert (a.client_id, a.subscribed_topic_names, a.subscribed_topic_regex) == (
+        "test-client",
+        ("t",),
+        None,
+    )
+
+    def parts(assignment: Any) -> list[tuple[Any, str, tuple[int, ...]]]:
+        return [
+            (t.topic_id, t.topic_name, tuple(t.partitions)) for t in assignment.topic_partitions
+        ]
+
+    assert parts(a.assignment) == [(topic_id, "t", (0, 1, 2, 3))]
+    assert parts(a.target_assignment) == [(topic_id, "t", (0, 1))]
+    assert parts(b.assignment) == []
+    assert parts(b.target_assignment) == [(topic_id, "t", (2, 3))]
+    if version >= 1:
+        assert (a.member_type, b.member_type) == (1, 1)
+    assert (nope.error_code, nope.group_id, nope.members) == (
+        ErrorCode.group_id_not_found,
+        "nope",
+        (),
+    )
+    # classic tools see the group too, its assignments in the consumer protocol's format
+    (classic,) = client.call(DESCRIBE_GROUPS, {"groups": ["kg"]}, 5).groups
+    assert (classic.group_state, classic.protocol_data) == ("Reconciling", "uniform")
+    assert [m.member_assignment for m in classic.members] == [
+        encode_assignment([("t", p) for p in range(4)]),
+        encode_assignment([]),
+    ]

@@ -36,7 +36,7 @@ from ....broker.topics import (
 )
 from ....errors import ErrorCode, KafkaError
 from ....settings import SETTING_SPECS, Settings
-from ....types import RequestContext
+from ....types import RequestContext, TopicPartition
 from ..requests import (
     AlterableConfig,
     AlterConfigsRequest,
@@ -476,7 +476,7 @@ def handle_describe_log_dirs(
     if request.topics is None:
         wanted = sorted(logs)
     else:
-        wanted = [(t.topic, int(p)) for t in request.topics for p in t.partitions]
+        wanted = [TopicPartition(t.topic, int(p)) for t in request.topics for p in t.partitions]
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for tp in wanted:
         partition_log = logs.get(tp)

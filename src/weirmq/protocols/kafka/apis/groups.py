@@ -9,7 +9,10 @@ The coordinator is sans-I/O, and its log and timer are broker services
 - after every call that can move the coordinator's next deadline, the broker's
   `GroupTimer` is poked;
 - OffsetCommit answers only once its records are fsynced (group commit, like acks=all),
-  so an acknowledged commit survives a crash of the machine, not only of the process.
+  so an acknowledged commit survives a crash of the machine, not only of the process;
+- Kafka's shapes: the coordinator describes groups in typed views (groups/views.py), and
+  the response entries (field names, error codes, authorized operations, how an unknown
+  group looks) are made here.
 
 Per-request errors from the coordinator arrive as `GroupError`, mapped to the response's
 error fields; anything else is a bug and goes up to the dispatcher.
@@ -28,7 +31,14 @@ from ....groups import consumer as kip848
 from ....groups.classic import JoinRequest, JoinResult, SyncResult
 from ....groups.coordinator import CommitRequest
 from ....groups.errors import GroupError
+from ....groups.views import (
+    AssignedTopic,
+    ClassicDescription,
+    ConsumerGroupDescription,
+    ConsumerMemberDescription,
+)
 from ....types import RequestContext
+from .metadata import AUTHORIZED_OPERATIONS_OMITTED
 
 if TYPE_CHECKING:
     from ....broker.core import Broker
@@ -38,6 +48,9 @@ log = logging.getLogger(__name__)
 KEY_TYPE_GROUP = 0
 JOIN_REQUIRES_MEMBER_ID_VERSION = 4
 """JoinGroup v4+ (KIP-394): a new dynamic member first gets MEMBER_ID_REQUIRED."""
+MEMBER_TYPE_CONSUMER = 1
+"""ConsumerGroupDescribe v1's member_type of a member that speaks KIP-848's protocol (0
+would be a classic member of a consumer group, which this broker does not mix in)."""
 
 T = TypeVar("T")
 
@@ -390,11 +403,37 @@ def handle_describe_groups(
     described = []
     for group_id in request.groups:
         try:
-            entry = broker.groups.describe_group(group_id)
+            group = broker.groups.describe_group(group_id)
         except GroupError as exc:
-            entry = _dead_group(group_id, exc.code)
+            described.append(_dead_group(group_id, exc.code))
+            continue
+        # Kafka describes a group it does not know as Dead, without an error.
+        entry = _dead_group(group_id, ErrorCode.none) if group is None else _classic_entry(group)
         described.append(entry)
     return {"groups": described}
+
+
+def _classic_entry(group: ClassicDescription) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "group_id": group.group_id,
+        "group_state": group.state,
+        "protocol_type": group.protocol_type,
+        "protocol_data": group.protocol,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata,
+                "member_assignment": m.assignment,
+            }
+            for m in group.members
+        ],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
 
 
 def _dead_group(group_id: str, code: ErrorCode) -> dict[str, Any]:
@@ -406,7 +445,7 @@ def _dead_group(group_id: str, code: ErrorCode) -> dict[str, Any]:
         "protocol_type": "",
         "protocol_data": "",
         "members": [],
-        "authorized_operations": -(2**31),
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
 
 
@@ -520,7 +559,7 @@ def handle_consumer_group_describe(
     groups = []
     for group_id in request.group_ids:
         try:
-            groups.append(broker.groups.describe_consumer_group(group_id))
+            groups.append(_consumer_group_entry(broker.groups.describe_consumer_group(group_id)))
         except GroupError as exc:
             groups.append(
                 {
@@ -532,7 +571,46 @@ def handle_consumer_group_describe(
                     "assignment_epoch": -1,
                     "assignor_name": "",
                     "members": [],
-                    "authorized_operations": -(2**31),
+                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
                 }
             )
     return {"groups": groups}
+
+
+def _consumer_group_entry(group: ConsumerGroupDescription) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "group_id": group.group_id,
+        "group_state": group.state,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "assignor_name": group.assignor,
+        "members": [_consumer_member(m) for m in group.members],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _consumer_member(member: ConsumerMemberDescription) -> dict[str, Any]:
+    return {
+        "member_id": member.member_id,
+        "instance_id": member.instance_id,
+        "rack_id": member.rack_id,
+        "member_epoch": member.member_epoch,
+        "client_id": member.client_id,
+        "client_host": member.client_host,
+        "subscribed_topic_names": list(member.subscribed_topic_names),
+        "subscribed_topic_regex": member.subscribed_topic_regex,
+        "assignment": _assignment(member.assignment),
+        "target_assignment": _assignment(member.target_assignment),
+        "member_type": MEMBER_TYPE_CONSUMER,
+    }
+
+
+def _assignment(topics: tuple[AssignedTopic, ...]) -> dict[str, Any]:
+    return {
+        "topic_partitions": [
+            {"topic_id": t.topic_id, "topic_name": t.topic, "partitions": list(t.partitions)}
+            for t in topics
+        ]
+    }
