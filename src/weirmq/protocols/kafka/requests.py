@@ -239,6 +239,166 @@ class DescribeLogDirsRequest(Protocol):
     topics: Sequence[DescribeLogDirsTopic] | None
 
 
+# --- groups: coordinator, membership -------------------------------------------------------
+
+
+class FindCoordinatorRequest(Protocol):
+    key: str
+    """v0-3: the one key asked for ("" from v4)."""
+    key_type: int
+    coordinator_keys: Sequence[str]
+    """v4+: the keys asked for (empty before v4)."""
+
+
+class JoinGroupProtocol(Protocol):
+    name: str
+    metadata: bytes
+
+
+class JoinGroupRequest(Protocol):
+    group_id: str
+    session_timeout: datetime.timedelta
+    rebalance_timeout: datetime.timedelta | None
+    """None in v0, where the session timeout is also the rebalance timeout."""
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: Sequence[JoinGroupProtocol]
+
+
+class SyncGroupAssignment(Protocol):
+    member_id: str
+    assignment: bytes
+
+
+class SyncGroupRequest(Protocol):
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: Sequence[SyncGroupAssignment]
+
+
+class HeartbeatRequest(Protocol):
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+
+class LeavingMember(Protocol):
+    member_id: str
+    group_instance_id: str | None
+    reason: str | None
+
+
+class LeaveGroupRequest(Protocol):
+    group_id: str
+    member_id: str
+    """v0-2: the one member leaving ("" from v3)."""
+    members: Sequence[LeavingMember]
+    """v3+: the members leaving (empty before v3)."""
+
+
+# --- groups: offsets, listing, deleting ----------------------------------------------------
+
+
+class CommitPartition(Protocol):
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    committed_metadata: str | None
+
+
+class CommitTopic(Protocol):
+    name: str
+    partitions: Sequence[CommitPartition]
+
+
+class OffsetCommitRequest(Protocol):
+    group_id: str
+    generation_id_or_member_epoch: int
+    """The generation (classic groups) or member epoch (KIP-848), in every version."""
+    member_id: str
+    group_instance_id: str | None
+    topics: Sequence[CommitTopic]
+
+
+class OffsetFetchTopic(Protocol):
+    name: str
+    partition_indexes: Sequence[int]
+
+
+class OffsetFetchGroup(Protocol):
+    group_id: str
+    member_id: str | None
+    member_epoch: int
+    topics: Sequence[OffsetFetchTopic] | None
+
+
+class OffsetFetchRequest(Protocol):
+    group_id: str
+    """v1-7: the one group asked for ("" from v8)."""
+    topics: Sequence[OffsetFetchTopic] | None
+    """v1-7: its topics (None: all of them; None from v8 too, where groups say)."""
+    groups: Sequence[OffsetFetchGroup]
+    """v8+: the groups asked for (empty before v8)."""
+
+
+class OffsetDeletePartition(Protocol):
+    partition_index: int
+
+
+class OffsetDeleteTopic(Protocol):
+    name: str
+    partitions: Sequence[OffsetDeletePartition]
+
+
+class OffsetDeleteRequest(Protocol):
+    group_id: str
+    topics: Sequence[OffsetDeleteTopic]
+
+
+class DescribeGroupsRequest(Protocol):
+    groups: Sequence[str]
+
+
+class ListGroupsRequest(Protocol):
+    states_filter: Sequence[str]
+    types_filter: Sequence[str]
+
+
+class DeleteGroupsRequest(Protocol):
+    groups_names: Sequence[str]
+
+
+# --- KIP-848 consumer groups ---------------------------------------------------------------
+
+
+class OwnedTopicPartitions(Protocol):
+    topic_id: uuid.UUID
+    partitions: Sequence[int]
+
+
+class ConsumerGroupHeartbeatRequest(Protocol):
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout: datetime.timedelta
+    subscribed_topic_names: Sequence[str] | None
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    topic_partitions: Sequence[OwnedTopicPartitions] | None
+
+
+class ConsumerGroupDescribeRequest(Protocol):
+    group_ids: Sequence[str]
+
+
 # --- what absent fields read ----------------------------------------------------------------
 
 ABSENT: dict[int, dict[FieldPath, Any]] = {
@@ -254,12 +414,39 @@ ABSENT: dict[int, dict[FieldPath, Any]] = {
         ("include_topic_authorized_operations",): False,
         ("topics", "topic_id"): None,
     },
+    # OffsetCommit: the leader epoch from v6; static membership from v7.
+    8: {
+        ("group_instance_id",): None,
+        ("topics", "partitions", "committed_leader_epoch"): -1,
+    },
+    # OffsetFetch: one group until v7, many from v8 (with the member from v9).
+    9: {
+        ("group_id",): "",
+        ("topics",): None,
+        ("groups",): (),
+        ("groups", "member_id"): None,
+        ("groups", "member_epoch"): -1,
+    },
+    # FindCoordinator: key types from v1; one key until v3, many from v4.
+    10: {("key",): "", ("key_type",): 0, ("coordinator_keys",): ()},
+    # JoinGroup: the rebalance timeout from v1, static membership from v5.
+    11: {("rebalance_timeout",): None, ("group_instance_id",): None},
+    # Heartbeat: static membership from v3.
+    12: {("group_instance_id",): None},
+    # LeaveGroup: one member until v2, many from v3, each with a reason from v5.
+    13: {("member_id",): "", ("members",): (), ("members", "reason"): None},
+    # SyncGroup: static membership from v3, the protocol's type and name from v5.
+    14: {("group_instance_id",): None, ("protocol_type",): None, ("protocol_name",): None},
+    # ListGroups: filters by state from v4, by type from v5.
+    16: {("states_filter",): (), ("types_filter",): ()},
     # DeleteTopics: names until v5, topic states from v6.
     20: {("topic_names",): (), ("topics",): ()},
     # DescribeConfigs: synonyms from v1, documentation from v3.
     32: {("include_synonyms",): False, ("include_documentation",): False},
     # DescribeCluster: the endpoint type from v1 (1: brokers).
     60: {("endpoint_type",): 1},
+    # ConsumerGroupHeartbeat: regular-expression subscriptions from v1.
+    68: {("subscribed_topic_regex",): None},
 }
 """Per API key, the value a field reads in versions that lack it, by its path."""
 
@@ -319,6 +506,19 @@ PROTOCOLS: Mapping[int, type[Any]] = {
     37: CreatePartitionsRequest,
     44: IncrementalAlterConfigsRequest,
     60: DescribeClusterRequest,
+    8: OffsetCommitRequest,
+    9: OffsetFetchRequest,
+    10: FindCoordinatorRequest,
+    11: JoinGroupRequest,
+    12: HeartbeatRequest,
+    13: LeaveGroupRequest,
+    14: SyncGroupRequest,
+    15: DescribeGroupsRequest,
+    16: ListGroupsRequest,
+    42: DeleteGroupsRequest,
+    47: OffsetDeleteRequest,
+    68: ConsumerGroupHeartbeatRequest,
+    69: ConsumerGroupDescribeRequest,
 }
 """The typed view of each API's request (Produce has its own decoder, `wire.fast`), for
 the test that checks the views against kio's classes."""

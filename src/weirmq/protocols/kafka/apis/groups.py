@@ -21,9 +21,10 @@ error fields; anything else is a bug and goes up to the dispatcher.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ....errors import ErrorCode, KafkaError
@@ -38,6 +39,22 @@ from ....groups.views import (
     ConsumerMemberDescription,
 )
 from ....types import RequestContext
+from ..requests import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    OffsetFetchTopic,
+    SyncGroupRequest,
+)
 from .metadata import AUTHORIZED_OPERATIONS_OMITTED
 
 if TYPE_CHECKING:
@@ -55,11 +72,9 @@ would be a classic member of a consumer group, which this broker does not mix in
 T = TypeVar("T")
 
 
-def _ms(value: Any) -> int:
-    """A kio timedelta field (or a plain int) in milliseconds."""
-    if hasattr(value, "total_seconds"):
-        return int(value.total_seconds() * 1000)
-    return int(value)
+def _ms(value: datetime.timedelta) -> int:
+    """A kio timedelta field in milliseconds."""
+    return int(value.total_seconds() * 1000)
 
 
 def _waiting(
@@ -96,10 +111,10 @@ def _waiting(
 
 
 def handle_find_coordinator(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: FindCoordinatorRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     host, port = broker.advertised
-    key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
+    key_type = int(request.key_type)
     if key_type == KEY_TYPE_GROUP:
         code, message, node = ErrorCode.none, None, broker.node_id
     else:  # transactions (1) and share groups (2) are not coordinated here yet
@@ -131,14 +146,14 @@ def handle_find_coordinator(
 
 
 def handle_join_group(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: JoinGroupRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     client_id, client_host = ctx.client_id, ctx.host
     session_ms = _ms(request.session_timeout)
-    rebalance = getattr(request, "rebalance_timeout", None)
+    rebalance = request.rebalance_timeout
     join = JoinRequest(
         member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
+        group_instance_id=request.group_instance_id,
         client_id=client_id,
         client_host=client_host,
         session_timeout_ms=session_ms,
@@ -181,17 +196,17 @@ def _join_response(result: JoinResult, version: int) -> dict[str, Any]:
 
 
 def handle_sync_group(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: SyncGroupRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     def start(respond: Callable[[SyncResult], None]) -> None:
         try:
             broker.groups.sync_group(
                 request.group_id,
                 request.member_id,
-                getattr(request, "group_instance_id", None),
+                request.group_instance_id,
                 int(request.generation_id),
-                getattr(request, "protocol_type", None),
-                getattr(request, "protocol_name", None),
+                request.protocol_type,
+                request.protocol_name,
                 [(a.member_id, bytes(a.assignment)) for a in request.assignments],
                 broker.clock(),
                 respond,
@@ -212,13 +227,13 @@ def _sync_response(result: SyncResult) -> dict[str, Any]:
 
 
 def handle_heartbeat(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: HeartbeatRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     try:
         code = broker.groups.heartbeat(
             request.group_id,
             request.member_id,
-            getattr(request, "group_instance_id", None),
+            request.group_instance_id,
             int(request.generation_id),
             broker.clock(),
         )
@@ -229,12 +244,14 @@ def handle_heartbeat(
 
 
 def handle_leave_group(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: LeaveGroupRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
-    if version < 3:
-        members = [(request.member_id, None, None)]
-    else:
-        members = [(m.member_id, m.group_instance_id, m.reason) for m in request.members]
+    # v0-2 name one member (and get a top-level error), v3+ a list: see requests.py.
+    members: list[tuple[str, str | None, str | None]] = (
+        [(request.member_id, None, None)]
+        if version < 3
+        else [(m.member_id, m.group_instance_id, m.reason) for m in request.members]
+    )
     for member_id, _instance, reason in members:
         log.info("group %r: member %r leaves (%s)", request.group_id, member_id, reason or "-")
     try:
@@ -260,27 +277,24 @@ def handle_leave_group(
 
 
 def handle_offset_commit(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: OffsetCommitRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     offsets = [
         (
             topic.name,
             int(p.partition_index),
             int(p.committed_offset),
-            int(getattr(p, "committed_leader_epoch", -1)),
+            int(p.committed_leader_epoch),
             p.committed_metadata,
         )
         for topic in request.topics
         for p in topic.partitions
     ]
-    generation = getattr(request, "generation_id_or_member_epoch", None)
-    if generation is None:
-        generation = request.generation_id
     commit = CommitRequest(
         request.group_id,
         request.member_id,
-        int(generation),
-        getattr(request, "group_instance_id", None),
+        int(request.generation_id_or_member_epoch),
+        request.group_instance_id,
         offsets,
     )
     end_before = broker.offsets_log.end_offset()
@@ -309,7 +323,7 @@ async def _after_durable(broker: Broker, end: int, response: dict[str, Any]) -> 
     return response
 
 
-def _commit_response(request: Any, codes: list[ErrorCode]) -> dict[str, Any]:
+def _commit_response(request: OffsetCommitRequest, codes: list[ErrorCode]) -> dict[str, Any]:
     it = iter(codes)
     return {
         "topics": [
@@ -326,7 +340,7 @@ def _commit_response(request: Any, codes: list[ErrorCode]) -> dict[str, Any]:
 
 
 def handle_offset_fetch(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: OffsetFetchRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     if version < 8:
         wanted = request.topics
@@ -334,7 +348,7 @@ def handle_offset_fetch(
         return {"topics": topics, "error_code": code}
     groups = []
     for group in request.groups:
-        member_id = getattr(group, "member_id", None)
+        member_id = group.member_id
         member = (member_id, int(group.member_epoch)) if member_id else None
         topics, code = _fetch_group(broker, group.group_id, group.topics, member)
         groups.append({"group_id": group.group_id, "topics": topics, "error_code": code})
@@ -342,7 +356,10 @@ def handle_offset_fetch(
 
 
 def _fetch_group(
-    broker: Broker, group_id: str, wanted: Any, member: tuple[str, int] | None
+    broker: Broker,
+    group_id: str,
+    wanted: Sequence[OffsetFetchTopic] | None,
+    member: tuple[str, int] | None,
 ) -> tuple[list[dict[str, Any]], ErrorCode]:
     asked = None if wanted is None else [(t.name, list(t.partition_indexes)) for t in wanted]
     try:
@@ -369,7 +386,7 @@ def _fetch_group(
 
 
 def handle_offset_delete(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: OffsetDeleteRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     asked = [(t.name, [int(p.partition_index) for p in t.partitions]) for t in request.topics]
     try:
@@ -398,7 +415,7 @@ def handle_offset_delete(
 
 
 def handle_describe_groups(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: DescribeGroupsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     described = []
     for group_id in request.groups:
@@ -450,10 +467,10 @@ def _dead_group(group_id: str, code: ErrorCode) -> dict[str, Any]:
 
 
 def handle_list_groups(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: ListGroupsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
-    states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
-    types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+    states = {s.lower() for s in request.states_filter or ()}
+    types = {t.lower() for t in request.types_filter or ()}
     try:
         listed = broker.groups.list_groups()
     except GroupError as exc:
@@ -474,7 +491,7 @@ def handle_list_groups(
 
 
 def handle_delete_groups(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: DeleteGroupsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     results = []
     for group_id in request.groups_names:
@@ -494,7 +511,7 @@ def handle_delete_groups(
 
 
 def handle_consumer_group_heartbeat(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: ConsumerGroupHeartbeatRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     client_id, client_host = ctx.client_id, ctx.host
     owned = request.topic_partitions
@@ -510,7 +527,7 @@ def handle_consumer_group_heartbeat(
             if request.subscribed_topic_names is None
             else tuple(request.subscribed_topic_names)
         ),
-        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        subscribed_topic_regex=request.subscribed_topic_regex,
         server_assignor=request.server_assignor,
         topic_partitions=(
             None
@@ -554,7 +571,7 @@ def _by_id(item: tuple[uuid.UUID, Any]) -> str:
 
 
 def handle_consumer_group_describe(
-    broker: Broker, request: Any, version: int, ctx: RequestContext
+    broker: Broker, request: ConsumerGroupDescribeRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
     groups = []
     for group_id in request.group_ids:
