@@ -49,7 +49,7 @@ from ..storage.interface import ReadResult
 from ..storage.log import FileLog
 from ..storage.manager import LogManager
 from ..types import Clock, Timers, TopicPartition
-from .producers import PartitionProducers, SnapshotError, last_sequence
+from .producers import BatchMetadata, PartitionProducers, SnapshotError, last_sequence
 from .scan import scan_batch_headers
 
 log = logging.getLogger(__name__)
@@ -170,10 +170,21 @@ class Partition:
         header = headers[0]
         if header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
             raise TransactionsUnsupportedError("transactional batches are not supported yet")
-        if header.producer_id >= 0:
-            published = self._append_idempotent(records, headers, header)
+        idempotent = header.producer_id >= 0
+        duplicate = self._duplicate_of(header) if idempotent else None
+        if duplicate is not None:  # a retry: the offsets it got the first time
+            published = Published(
+                duplicate.first_offset,
+                duplicate.last_offset,
+                -1,
+                self.log.log_start_offset,
+                True,
+                None,
+            )
         else:
             info = self.log.append(records, leader_epoch=self.leader_epoch, validated=headers)
+            if idempotent:
+                self._record_sequence(header, info.base_offset, info.last_offset)
             self._appended(len(records), header.records_count)
             published = Published(
                 info.base_offset,
@@ -187,34 +198,24 @@ class Partition:
             published.durable_offset = published.last_offset + 1
         return published
 
-    def _append_idempotent(
-        self, records: bytes | memoryview, headers: list[BatchHeader], header: BatchHeader
-    ) -> Published:
-        first_seq = header.base_sequence
-        last_seq = last_sequence(first_seq, header.last_offset_delta)
-        pid, epoch = header.producer_id, header.producer_epoch
-        duplicate = self.producers.check(pid, epoch, first_seq, last_seq)
-        if duplicate is not None:
-            return Published(
-                duplicate.first_offset,
-                duplicate.last_offset,
-                -1,
-                self.log.log_start_offset,
-                True,
-                None,
-            )
-        info = self.log.append(records, leader_epoch=self.leader_epoch, validated=headers)
-        self.producers.record(
-            pid, epoch, first_seq, last_seq, info.base_offset, info.last_offset, self.clock()
+    def _duplicate_of(self, header: BatchHeader) -> BatchMetadata | None:
+        """The batch this one repeats, or None if new; raises when its sequence or epoch
+        is out of order (`producers.PartitionProducers.check`)."""
+        last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
+        return self.producers.check(
+            header.producer_id, header.producer_epoch, header.base_sequence, last_seq
         )
-        self._appended(len(records), header.records_count)
-        return Published(
-            info.base_offset,
-            info.last_offset,
-            info.log_append_time_ms,
-            self.log.log_start_offset,
-            False,
-            None,
+
+    def _record_sequence(self, header: BatchHeader, base_offset: int, last_offset: int) -> None:
+        last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
+        self.producers.record(
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            last_seq,
+            base_offset,
+            last_offset,
+            self.clock(),
         )
 
     def append_internal(self, records: bytes) -> int:
