@@ -7,7 +7,36 @@ drift from what clients expect.
 
 Operational errors (bad input, unknown topic, full disk) are exceptions that carry their
 Kafka code; the layer that answers a request turns them into that code and carries on.
-Broken invariants are `assert`s and are never mapped to a code.
+Every protocol adapter maps the same tree: Kafka answers the code, AMQP and SQS will answer
+their own errors from it. Broken invariants are `assert`s and are never mapped to a code.
+
+The whole tree (checked against the code by tests/test_errors.py; private classes of an
+adapter left out):
+
+    KafkaError                          errors                unknown_server_error
+        CorruptPayloadError             records.compression   corrupt_message
+        GroupError                      groups.errors         (the code it is raised with)
+        InvalidConfigError              broker.configs        invalid_config
+        InvalidPartitionsError          broker.topics         invalid_partitions
+        InvalidProducerEpochError       broker.producers      invalid_producer_epoch
+        InvalidRecordError              records.batch         corrupt_message
+        InvalidReplicaAssignmentError   broker.topics         invalid_replica_assignment
+        InvalidReplicationFactorError   broker.topics         invalid_replication_factor
+        InvalidTopicError               broker.topics         invalid_topic_exception
+        MessageTooLargeError            records.batch         message_too_large
+        NotOneBatchError                broker.partition      invalid_record
+        OffsetOutOfRangeError           storage.errors        offset_out_of_range
+        OutOfOrderSequenceError         broker.producers      out_of_order_sequence_number
+        RecordListTooLargeError         records.batch         record_list_too_large
+        StorageError                    storage.errors        kafka_storage_error
+            CorruptDataError            storage.segment       kafka_storage_error
+            DataDirLockedError          storage.lock          kafka_storage_error
+            DiskFullError               storage.errors        kafka_storage_error
+            LogOfflineError             storage.errors        kafka_storage_error
+        TopicExistsError                broker.topics         topic_already_exists
+        TransactionsUnsupportedError    broker.partition      invalid_txn_state
+        UnknownTopicError               broker.topics         unknown_topic_or_partition
+        UnsupportedCompressionError     records.compression   unsupported_compression_type
 """
 
 from __future__ import annotations
