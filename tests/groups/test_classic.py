@@ -1,14 +1,16 @@
 """The classic group state machine, driven by events and a stepped clock.
 
 Every test plays the part of the clients: it sends joins, syncs, heartbeats and leaves,
-collects the answers the group hands to its callbacks, and moves time forward by hand.
-After every step the invariants hold: the state is one `TRANSITIONS` allows, and in
-Stable every member has the assignment its leader gave.
+each join and sync under a new ticket, routes the replies every step returns to the
+answers of the request holding their ticket, and moves time forward by hand. After every
+step the invariants hold: the state is one `TRANSITIONS` allows, in Stable every member
+has the assignment its leader gave, and no request is answered twice.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,9 +20,12 @@ from weirmq.groups.classic import (
     TRANSITIONS,
     ClassicGroup,
     ClassicSettings,
+    GroupReply,
+    JoinReply,
     JoinRequest,
     JoinResult,
     State,
+    SyncReply,
     SyncResult,
 )
 from weirmq.groups.errors import GroupError
@@ -31,12 +36,16 @@ REBALANCE_MS = 30_000
 
 @dataclass
 class Harness:
-    """One group, a clock, and every answer the group gave, in order."""
+    """One group, a clock, and every answer the group gave, by ticket."""
 
     delay_ms: int = 0
     now: int = 1_000
     persisted: list[int] = field(default_factory=list)
     ids: itertools.count[int] = field(default_factory=itertools.count)
+    tickets: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    joins: dict[int, list[JoinResult]] = field(default_factory=dict)
+    """The answers of each JoinGroup request, by ticket (what `join` returned)."""
+    syncs: dict[int, list[SyncResult]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.group = ClassicGroup(
@@ -60,7 +69,8 @@ class Harness:
         known_required: bool = True,
         session_ms: int = SESSION_MS,
     ) -> list[JoinResult]:
-        answers: list[JoinResult] = []
+        ticket = next(self.tickets)
+        answers = self.joins[ticket] = []
         request = JoinRequest(
             member_id,
             instance,
@@ -72,8 +82,7 @@ class Harness:
             protocols,
             known_required,
         )
-        self.group.join(request, self.now, answers.append)
-        self.check()
+        self.deliver(self.group.join(request, self.now, ticket))
         return answers
 
     def new_member(self, **kwargs: object) -> tuple[str, list[JoinResult]]:
@@ -86,8 +95,9 @@ class Harness:
     def sync(
         self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None
     ) -> list[SyncResult]:
-        answers: list[SyncResult] = []
-        self.group.sync(
+        ticket = next(self.tickets)
+        answers = self.syncs[ticket] = []
+        replies = self.group.sync(
             member_id,
             None,
             generation,
@@ -95,9 +105,9 @@ class Harness:
             None,
             list((assignments or {}).items()),
             self.now,
-            answers.append,
+            ticket,
         )
-        self.check()
+        self.deliver(replies)
         return answers
 
     def heartbeat(self, member_id: str, generation: int) -> ErrorCode:
@@ -105,9 +115,28 @@ class Harness:
         self.check()
         return code
 
+    def leave(self, member_id: str, instance: str | None = None) -> ErrorCode:
+        outcome = self.group.leave([(member_id, instance)], self.now)
+        self.deliver(outcome.replies)
+        (code,) = outcome.codes
+        return code
+
     def advance(self, ms: int) -> None:
         self.now += ms
-        self.group.tick(self.now)
+        self.deliver(self.group.tick(self.now))
+
+    def deliver(self, replies: Iterable[GroupReply]) -> None:
+        """Hand each reply to the request holding its ticket, then check invariants."""
+        for reply in replies:
+            if isinstance(reply, JoinReply):
+                join_answers = self.joins[reply.ticket]
+                assert not join_answers, f"join {reply.ticket} answered twice"
+                join_answers.append(reply.result)
+            else:
+                assert isinstance(reply, SyncReply)
+                sync_answers = self.syncs[reply.ticket]
+                assert not sync_answers, f"sync {reply.ticket} answered twice"
+                sync_answers.append(reply.result)
         self.check()
 
     def check(self) -> None:
@@ -248,16 +277,16 @@ def test_leave_triggers_a_rebalance_and_the_last_leave_empties_the_group() -> No
     h = Harness()
     leader, other = stable_group(h, 2)
     gen = h.group.generation
-    assert h.group.leave(other, None, h.now) is ErrorCode.none
+    assert h.leave(other) is ErrorCode.none
     assert h.group.state is State.PREPARING_REBALANCE
     answer = h.join(leader)
     assert answer[0].generation == gen + 1
     h.sync(leader, gen + 1, {leader: b"all"})
-    assert h.group.leave(leader, None, h.now) is ErrorCode.none
+    assert h.leave(leader) is ErrorCode.none
     assert h.group.state is State.EMPTY
     assert h.group.generation == gen + 2
     assert h.persisted[-1] == gen + 2
-    assert h.group.leave("nobody", None, h.now) is ErrorCode.unknown_member_id
+    assert h.leave("nobody") is ErrorCode.unknown_member_id
 
 
 def test_error_semantics_clients_rely_on() -> None:
@@ -347,9 +376,9 @@ def test_leave_of_a_static_member_by_instance_id() -> None:
     h.join(instance="worker-1")
     member = h.group.static_members["worker-1"]
     h.sync(member, 1, {member: b"x"})
-    assert h.group.leave("", "worker-1", h.now) is ErrorCode.none
+    assert h.leave("", "worker-1") is ErrorCode.none
     assert h.group.state is State.EMPTY
-    assert h.group.leave("other-id", "worker-2", h.now) is ErrorCode.unknown_member_id
+    assert h.leave("other-id", "worker-2") is ErrorCode.unknown_member_id
 
 
 def test_initial_delay_gathers_members_that_start_together() -> None:
@@ -429,6 +458,35 @@ def test_waiting_joins_and_syncs_are_answered_when_the_broker_stops() -> None:
     leader, other = stable_group(h, 2)
     waiting_join = h.join(leader)  # a rebalance: waits for `other`
     assert not waiting_join
-    h.group.abort_waiting(ErrorCode.not_coordinator)
+    h.deliver(h.group.abort_waiting(ErrorCode.not_coordinator))
     assert waiting_join[0].error is ErrorCode.not_coordinator
     assert other in h.group.members
+
+
+def test_a_retried_join_during_a_rebalance_answers_the_first_and_waits_with_itself() -> None:
+    h = Harness()
+    leader, other = stable_group(h, 2)
+    gen = h.group.generation
+    first = h.join(leader)  # starts a rebalance; waits for `other`
+    assert not first
+    retried = h.join(leader)  # the client gave up on the first and sent it again
+    assert first == [JoinResult(ErrorCode.rebalance_in_progress)]
+    assert not retried
+    assert h.join(other)[0].generation == gen + 1
+    assert retried[0].generation == gen + 1
+    assert retried[0].member_id == leader
+
+
+def test_a_fenced_static_members_waiting_join_is_answered_under_its_old_id() -> None:
+    h = Harness()
+    leader_id, _ = h.new_member()
+    waiting = h.join(instance="worker-1")  # a rebalance: waits for the leader to rejoin
+    assert not waiting
+    old_id = h.group.static_members["worker-1"]
+    again = h.join(instance="worker-1")  # its process restarted meanwhile
+    assert waiting == [JoinResult(ErrorCode.fenced_instance_id, member_id=old_id)]
+    assert not again  # the new incarnation waits in its place
+    h.join(leader_id)
+    new_id = h.group.static_members["worker-1"]
+    assert new_id != old_id
+    assert (again[0].error, again[0].member_id) == (ErrorCode.none, new_id)

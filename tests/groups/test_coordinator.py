@@ -13,7 +13,7 @@ import pytest
 
 from weirmq.errors import ErrorCode
 from weirmq.groups import consumer as kip848
-from weirmq.groups.classic import ClassicSettings, JoinRequest, JoinResult, State, SyncResult
+from weirmq.groups.classic import ClassicSettings, JoinReply, JoinRequest, State, SyncReply
 from weirmq.groups.coordinator import CommitRequest, CoordinatorSettings, GroupCoordinator
 from weirmq.groups.errors import GroupError
 from weirmq.groups.protocol import encode_assignment
@@ -88,15 +88,34 @@ def fetched(c: GroupCoordinator, group: str) -> dict[int, int]:
 
 
 def join_and_sync(c: GroupCoordinator, group: str, now: int = 0) -> tuple[str, int]:
-    """One member joins (v3 style, no MEMBER_ID_REQUIRED) and syncs; returns id, gen."""
-    answers: list[JoinResult] = []
+    """One member joins (v3 style, no MEMBER_ID_REQUIRED) and syncs; returns id, gen.
+    Each request is answered at once: its reply is the only one its step returns."""
     request = JoinRequest("", None, "c", "/h", 10_000, 10_000, "consumer", (("range", b""),), False)
-    c.join_group(group, request, now, answers.append)
-    member, gen = answers[0].member_id, answers[0].generation
-    synced: list[SyncResult] = []
-    c.sync_group(group, member, None, gen, None, None, [(member, b"a")], now, synced.append)
-    assert synced[0].error is ErrorCode.none
+    (joined,) = c.join_group(group, request, now, 1)
+    assert isinstance(joined, JoinReply) and joined.ticket == 1
+    member, gen = joined.result.member_id, joined.result.generation
+    (synced,) = c.sync_group(group, member, None, gen, None, None, [(member, b"a")], now, 2)
+    assert isinstance(synced, SyncReply) and synced.ticket == 2
+    assert synced.result.error is ErrorCode.none
     return member, gen
+
+
+def test_waiting_requests_are_answered_by_the_step_that_releases_them(fx: Fixture) -> None:
+    c = fx.coordinator
+    a, gen = join_and_sync(c, "g")
+    request = JoinRequest("", None, "c", "/h", 10_000, 10_000, "consumer", (("range", b""),), False)
+    assert c.join_group("g", request, 0, 3) == []  # waits for `a` to rejoin
+    (aborted,) = c.abort_waiting()
+    assert isinstance(aborted, JoinReply) and aborted.ticket == 3
+    assert aborted.result.error is ErrorCode.not_coordinator
+    b = aborted.result.member_id
+    rejoin = JoinRequest(b, None, "c", "/h", 10_000, 10_000, "consumer", (("range", b""),), False)
+    assert c.join_group("g", rejoin, 0, 4) == []
+    assert c.tick(9_999) == []
+    (joined,) = c.tick(10_000)  # `a` expired: the rebalance completes without it
+    assert isinstance(joined, JoinReply) and joined.ticket == 4
+    assert (joined.result.generation, joined.result.leader) == (gen + 1, b)
+    assert a not in (m[0] for m in joined.result.members)
 
 
 def test_requests_before_loading_get_coordinator_load_in_progress() -> None:
@@ -176,7 +195,7 @@ def test_delete_group_needs_it_empty_and_removes_offsets_for_good(fx: Fixture) -
     with pytest.raises(GroupError) as info:
         c.delete_group("g", 0)
     assert info.value.code is ErrorCode.non_empty_group
-    assert c.leave_group("g", [(member, None)], 0) == [ErrorCode.none]
+    assert c.leave_group("g", [(member, None)], 0).codes == (ErrorCode.none,)
     c.delete_group("g", 0)
     assert c.view("g") is None
     with pytest.raises(GroupError) as info:
@@ -258,7 +277,7 @@ def test_kinds_convert_only_when_empty(fx: Fixture) -> None:
     assert fetched(c, "g") == {0: 5}  # offsets kept across the conversion
     request = JoinRequest("", None, "c", "/h", 10_000, 10_000, "consumer", (("range", b""),), False)
     with pytest.raises(GroupError) as info:
-        c.join_group("g", request, 0, lambda result: None)
+        c.join_group("g", request, 0, 1)
     assert info.value.code is ErrorCode.inconsistent_group_protocol
     # commits from the KIP-848 member are checked against its epoch
     with pytest.raises(GroupError) as info:

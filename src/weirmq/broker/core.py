@@ -9,7 +9,7 @@ It wires together:
   epoch, producer (idempotence) state, waiting readers and the durability policy. Every
   write from every protocol goes through `Partition.publish`, every read through
   `Partition.read`, every long poll through `wait_for_data`;
-- the group coordinator and its services (`group_service`: its log, its timer);
+- the group coordinator and its services (`group_service`: its replies, log and timer);
 - statistics (`stats`), fed by an append listener, so no writer counts by hand;
 - one clock and one timer service, injected (`weirmq.types`): record timestamps, group
   deadlines and fetch long polls all run on them, so a test steps them together.
@@ -46,7 +46,14 @@ from ..storage.manager import LogManager, StorageSettings
 from ..types import Clock, Timers, TopicPartition
 from . import configs
 from .configs import ConfigEntry
-from .group_service import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, GroupTimer, OffsetsLog, group_lag
+from .group_service import (
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_CONFIGS,
+    GroupReplies,
+    GroupTimer,
+    OffsetsLog,
+    group_lag,
+)
 from .partition import LEADER_EPOCH, Partition, wait_any
 from .stats import BrokerStats
 from .timers import LoopTimers
@@ -128,7 +135,8 @@ class Broker:
         )
         self.offsets_log = OffsetsLog(self.groups, self._offsets_partition, self.clock)
         self.offsets_log.load()
-        self.group_timer = GroupTimer(self.groups, self.clock, self.timers)
+        self.group_replies = GroupReplies()
+        self.group_timer = GroupTimer(self.groups, self.group_replies, self.clock, self.timers)
 
     # --- topics -------------------------------------------------------------------------
 
@@ -377,7 +385,7 @@ class Broker:
         """Answer everything that waits: fetch long polls, group joins and syncs."""
         for partition in self.partitions.values():
             partition.wake()
-        self.groups.abort_waiting()
+        self.group_replies.deliver(self.groups.abort_waiting())
 
     # --- housekeeping and shutdown ------------------------------------------------------
 

@@ -1,7 +1,14 @@
-"""The group coordinator's services from the broker: its log, its timer, and lag.
+"""The group coordinator's services from the broker: its replies, log, timer, and lag.
 
-The coordinator (`weirmq.groups.GroupCoordinator`) is sans-I/O; it needs three things from
+The coordinator (`weirmq.groups.GroupCoordinator`) is sans-I/O; it needs four things from
 the broker, which live here so that no protocol adapter has to provide them:
+
+- delivery of its replies (`GroupReplies`): a JoinGroup or SyncGroup request gets a
+  ticket, and every coordinator step returns the replies it produced, addressed to
+  tickets; the table here turns each into the result of the asyncio future its request
+  awaits. Whoever ran the step delivers them, in one place each: the adapter after a
+  request (its own reply is returned to it, so an answer given at once needs no event
+  loop), `GroupTimer` after a tick, `Broker.wake_all` on shutdown;
 
 - its log, the internal topic `__consumer_offsets` (one partition, kept compact by the
   coordinator's snapshots, see `OffsetsLog`), written through a `Partition` like any
@@ -17,10 +24,12 @@ translates requests into coordinator calls and uses these services.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..errors import KafkaError
+from ..groups.classic import GroupReply, GroupResult
 from ..groups.coordinator import GroupCoordinator
 from ..groups.views import PartitionLag
 from ..records.batch import Record, decode_records, encode_batch
@@ -33,11 +42,74 @@ from .timers import UNSCHEDULED
 log = logging.getLogger(__name__)
 
 
-class GroupTimer:
-    """Calls the coordinator's `tick` at its next deadline; see the module docstring."""
+class GroupReplies:
+    """Tickets of JoinGroup and SyncGroup requests, and the futures of those that wait.
 
-    def __init__(self, coordinator: GroupCoordinator, clock: Clock, timers: Timers) -> None:
+    A request takes a `ticket()` and hands it to the coordinator. If the step's replies
+    answer it, `deliver(replies, own=ticket)` returns its result at once; otherwise the
+    request awaits `wait(ticket)`, registered before control returns to the loop, so no
+    later step can answer a ticket nobody awaits. A request whose connection closed is
+    `cancel`led (or its future cancelled with its task): a reply that comes for it later
+    finds no pending future and is dropped. Every ticket the coordinator keeps is answered
+    in the end (barrier, deadline, departure, or shutdown), so none stays here forever.
+    """
+
+    def __init__(self) -> None:
+        self._tickets = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[GroupResult]] = {}
+
+    def ticket(self) -> int:
+        """A new ticket, for one JoinGroup or SyncGroup request."""
+        return next(self._tickets)
+
+    def deliver(
+        self, replies: Iterable[GroupReply], *, own: int | None = None
+    ) -> GroupResult | None:
+        """Settle the futures these replies answer; the result for ticket `own` (the
+        caller's request, which does not wait yet) is returned instead, None if there
+        is none."""
+        result: GroupResult | None = None
+        for reply in replies:
+            if reply.ticket == own:
+                result = reply.result
+                continue
+            future = self._waiting.pop(reply.ticket, None)
+            if future is not None and not future.done():
+                future.set_result(reply.result)
+        return result
+
+    def wait(self, ticket: int) -> asyncio.Future[GroupResult]:
+        """The future the request holding `ticket` awaits (on the running loop)."""
+        assert ticket not in self._waiting, f"ticket {ticket} already waits"
+        future: asyncio.Future[GroupResult] = asyncio.get_running_loop().create_future()
+        self._waiting[ticket] = future
+        return future
+
+    def cancel(self, ticket: int) -> None:
+        """Forget the request holding `ticket` (answered, or gone with its connection)."""
+        future = self._waiting.pop(ticket, None)
+        if future is not None:
+            future.cancel()
+
+    @property
+    def waiting(self) -> int:
+        """How many requests await a reply."""
+        return len(self._waiting)
+
+
+class GroupTimer:
+    """Calls the coordinator's `tick` at its next deadline and delivers its replies; see
+    the module docstring."""
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        replies: GroupReplies,
+        clock: Clock,
+        timers: Timers,
+    ) -> None:
         self._coordinator = coordinator
+        self._replies = replies
         self._clock = clock
         self._timers = timers
         self._handle: Timer | None = None
@@ -60,7 +132,7 @@ class GroupTimer:
     def _fire(self) -> None:
         self._handle = self._when_ms = None
         try:
-            self._coordinator.tick(self._clock())
+            self._replies.deliver(self._coordinator.tick(self._clock()))
         except Exception:
             log.exception("group coordinator tick failed")
         self.poke()
@@ -110,7 +182,6 @@ class OffsetsLog:
         self._live_bytes = 0
         """Size of the last snapshot; unknown (0) until the first compaction."""
         self._compaction_scheduled = False
-
 
     def load(self) -> None:
         """Replay the log into the coordinator, then open it for requests."""

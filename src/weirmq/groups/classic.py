@@ -21,8 +21,16 @@ A first join to an Empty group waits `initial_rebalance_delay_ms` (extended by e
 member, up to the rebalance timeout) so that a fleet of consumers starting together gets
 one rebalance instead of one per member, as Kafka's group.initial.rebalance.delay.ms.
 
-Join and sync answers that must wait are callbacks stored on the member and called when
-the barrier completes; the coordinator never blocks. Time is `now_ms`, passed in by the
+Answers are outputs, as h11 returns events: every step (`join`, `sync`, `leave`, `tick`,
+`abort_waiting`) takes an event and the time and returns the replies it produced, each a
+`JoinReply` or `SyncReply` addressed to a ticket. A ticket (an int the caller allocates
+for each JoinGroup or SyncGroup request) names one request, not a member: a retried join
+replaces the first, whose ticket is answered at once; a fenced static member's waiting
+request is answered under the old member id. A request that must wait leaves its ticket
+on the member (`join_ticket`, `sync_ticket`) until the barrier answers it; one that can
+be answered at once gets its reply in the same step's output. So nothing here calls
+back: the caller delivers every reply of a step (its own and other members') in one
+place (broker/group_service.py `GroupReplies`). Time is `now_ms`, passed in by the
 caller, and `tick(now_ms)` fires what is due (rebalance deadlines, session expiries):
 `next_deadline_ms` says when to call it next.
 
@@ -34,12 +42,13 @@ instance id takes the old member's place, with its assignment, and does not reba
 Stable group; the old member id is fenced (FENCED_INSTANCE_ID).
 
 Members are expired when `session_timeout_ms` passes without a heartbeat, except while a
-JoinGroup or SyncGroup of theirs is waiting here (they cannot heartbeat meanwhile).
+JoinGroup or SyncGroup of theirs is waiting here, that is while they hold a ticket (they
+cannot heartbeat meanwhile).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -96,8 +105,36 @@ class SyncResult:
     assignment: bytes = b""
 
 
-JoinCallback = Callable[[JoinResult], None]
-SyncCallback = Callable[[SyncResult], None]
+@dataclass(frozen=True, slots=True)
+class JoinReply:
+    """The answer to the JoinGroup request holding `ticket`."""
+
+    ticket: int
+    result: JoinResult
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReply:
+    """The answer to the SyncGroup request holding `ticket`."""
+
+    ticket: int
+    result: SyncResult
+
+
+GroupReply = JoinReply | SyncReply
+GroupResult = JoinResult | SyncResult
+Replies = list[GroupReply]
+"""What a step produced, in the order it produced them: the caller delivers them all."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveOutcome:
+    """A LeaveGroup step: one error code per member named (none when it left), in the
+    request's order, and the replies the departures produced (a rebalance completing
+    for the members that stay)."""
+
+    codes: tuple[ErrorCode, ...]
+    replies: tuple[GroupReply, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +163,10 @@ class Member:
     protocols: tuple[tuple[str, bytes], ...]
     assignment: bytes = b""
     heartbeat_deadline_ms: int = 0
-    join_callback: JoinCallback | None = None
-    sync_callback: SyncCallback | None = None
+    join_ticket: int | None = None
+    """The JoinGroup request of this member that waits for the barrier."""
+    sync_ticket: int | None = None
+    """The SyncGroup request of this member that waits for the leader's assignment."""
 
     def metadata(self, protocol: str | None) -> bytes:
         for name, metadata in self.protocols:
@@ -137,8 +176,19 @@ class Member:
 
     @property
     def kept_alive(self) -> bool:
-        """A member waiting on us cannot heartbeat, so it does not expire meanwhile."""
-        return self.join_callback is not None or self.sync_callback is not None
+        """A member waiting on us (holding a ticket) cannot heartbeat, so it does not
+        expire meanwhile."""
+        return self.join_ticket is not None or self.sync_ticket is not None
+
+    def answer_join(self, result: JoinResult) -> Replies:
+        """Answer this member's waiting JoinGroup, if any."""
+        ticket, self.join_ticket = self.join_ticket, None
+        return [] if ticket is None else [JoinReply(ticket, result)]
+
+    def answer_sync(self, result: SyncResult) -> Replies:
+        """Answer this member's waiting SyncGroup, if any."""
+        ticket, self.sync_ticket = self.sync_ticket, None
+        return [] if ticket is None else [SyncReply(ticket, result)]
 
 
 @dataclass(slots=True)
@@ -208,18 +258,18 @@ class ClassicGroup:
 
     # --- JoinGroup ---------------------------------------------------------------------
 
-    def join(self, request: JoinRequest, now_ms: int, respond: JoinCallback) -> None:
-        """Handle JoinGroup; `respond` is called now or when the rebalance completes.
+    def join(self, request: JoinRequest, now_ms: int, ticket: int) -> Replies:
+        """Handle the JoinGroup holding `ticket`: the replies it produced, its own among
+        them when it is answered now (else it waits for the rebalance to complete).
         Refusals that need no state are raised as GroupError."""
         self._check_alive()
         self._check_join(request)
         if not request.member_id:
-            self._join_unknown(request, now_ms, respond)
-        elif request.member_id in self.pending_members:
+            return self._join_unknown(request, now_ms, ticket)
+        if request.member_id in self.pending_members:
             del self.pending_members[request.member_id]
-            self._add_member(request.member_id, request, now_ms, respond)
-        else:
-            self._join_known(request, now_ms, respond)
+            return self._add_member(request.member_id, request, now_ms, ticket)
+        return self._join_known(request, now_ms, ticket)
 
     def _check_join(self, request: JoinRequest) -> None:
         low, high = self.settings.min_session_timeout_ms, self.settings.max_session_timeout_ms
@@ -253,20 +303,19 @@ class ClassicGroup:
             common &= {name for name, _ in member.protocols}
         return common
 
-    def _join_unknown(self, request: JoinRequest, now_ms: int, respond: JoinCallback) -> None:
+    def _join_unknown(self, request: JoinRequest, now_ms: int, ticket: int) -> Replies:
         instance_id = request.group_instance_id
         if instance_id is not None and instance_id in self.static_members:
-            self._replace_static_member(request, now_ms, respond)
-            return
+            return self._replace_static_member(request, now_ms, ticket)
         self._check_size()
         member_id = self.new_member_id(instance_id or request.client_id)
         if instance_id is None and request.require_known_member_id:
             # KIP-394: the member comes back with this id; until then it only counts as
             # pending, so a client that never returns leaves nothing to wait for.
             self.pending_members[member_id] = now_ms + request.session_timeout_ms
-            respond(JoinResult(ErrorCode.member_id_required, member_id=member_id))
-            return
-        self._add_member(member_id, request, now_ms, respond)
+            result = JoinResult(ErrorCode.member_id_required, member_id=member_id)
+            return [JoinReply(ticket, result)]
+        return self._add_member(member_id, request, now_ms, ticket)
 
     def _check_size(self) -> None:
         if len(self.members) + len(self.pending_members) >= self.settings.max_size:
@@ -276,8 +325,8 @@ class ClassicGroup:
             )
 
     def _add_member(
-        self, member_id: str, request: JoinRequest, now_ms: int, respond: JoinCallback
-    ) -> None:
+        self, member_id: str, request: JoinRequest, now_ms: int, ticket: int
+    ) -> Replies:
         if not self.members:
             self.protocol_type = request.protocol_type
         member = Member(
@@ -290,28 +339,22 @@ class ClassicGroup:
             request.protocol_type,
             request.protocols,
             heartbeat_deadline_ms=now_ms + request.session_timeout_ms,
-            join_callback=respond,
+            join_ticket=ticket,
         )
         self.members[member_id] = member
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member_id
         if self.delayed_join is not None:
             self.delayed_join.new_member_added = True
-        self._prepare_rebalance(now_ms)
-        self._maybe_complete_join(now_ms)
+        return self._prepare_rebalance(now_ms) + self._maybe_complete_join(now_ms)
 
-    def _replace_static_member(
-        self, request: JoinRequest, now_ms: int, respond: JoinCallback
-    ) -> None:
+    def _replace_static_member(self, request: JoinRequest, now_ms: int, ticket: int) -> Replies:
         assert request.group_instance_id is not None
         old_id = self.static_members[request.group_instance_id]
         member = self.members.pop(old_id)
-        if member.join_callback is not None:
-            member.join_callback(JoinResult(ErrorCode.fenced_instance_id, member_id=old_id))
-            member.join_callback = None
-        if member.sync_callback is not None:
-            member.sync_callback(SyncResult(ErrorCode.fenced_instance_id))
-            member.sync_callback = None
+        # The old incarnation's waiting requests are answered under its old id.
+        replies = member.answer_join(JoinResult(ErrorCode.fenced_instance_id, member_id=old_id))
+        replies += member.answer_sync(SyncResult(ErrorCode.fenced_instance_id))
         new_id = self.new_member_id(request.group_instance_id)
         old_metadata = member.metadata(self.protocol)
         member.member_id = new_id
@@ -330,13 +373,11 @@ class ClassicGroup:
             # KIP-345: a restarted static member takes its old place without a rebalance;
             # its SyncGroup returns the assignment it had.
             self.persist(self)
-            respond(self._join_result(member, for_leader=False))
-            return
-        member.join_callback = respond
-        self._prepare_rebalance(now_ms)
-        self._maybe_complete_join(now_ms)
+            return [*replies, JoinReply(ticket, self._join_result(member, for_leader=False))]
+        member.join_ticket = ticket
+        return replies + self._prepare_rebalance(now_ms) + self._maybe_complete_join(now_ms)
 
-    def _join_known(self, request: JoinRequest, now_ms: int, respond: JoinCallback) -> None:
+    def _join_known(self, request: JoinRequest, now_ms: int, ticket: int) -> Replies:
         member = self.check_member(request.member_id, request.group_instance_id)
         changed = member.protocols != request.protocols
         member.protocols = request.protocols
@@ -345,21 +386,19 @@ class ClassicGroup:
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.heartbeat_deadline_ms = now_ms + request.session_timeout_ms
         if self.state is State.PREPARING_REBALANCE:
-            if member.join_callback is not None:  # a retried join replaces the first
-                member.join_callback(JoinResult(ErrorCode.rebalance_in_progress))
-            member.join_callback = respond
-            self._maybe_complete_join(now_ms)
-            return
+            # a retried join replaces the first, which is answered now
+            replies = member.answer_join(JoinResult(ErrorCode.rebalance_in_progress))
+            member.join_ticket = ticket
+            return replies + self._maybe_complete_join(now_ms)
         leader_rejoins = self.state is State.STABLE and member.member_id == self.leader
         if changed or leader_rejoins:
             # The leader rejoining a stable group means it wants a new assignment (for
             # instance, its subscription's topics changed).
-            member.join_callback = respond
-            self._prepare_rebalance(now_ms)
-            self._maybe_complete_join(now_ms)
-            return
+            member.join_ticket = ticket
+            return self._prepare_rebalance(now_ms) + self._maybe_complete_join(now_ms)
         # Nothing changed: the member lost our previous answer; give it again.
-        respond(self._join_result(member, for_leader=member.member_id == self.leader))
+        for_leader = member.member_id == self.leader
+        return [JoinReply(ticket, self._join_result(member, for_leader=for_leader))]
 
     def _join_result(self, member: Member, *, for_leader: bool) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
@@ -380,11 +419,12 @@ class ClassicGroup:
 
     # --- the barrier -------------------------------------------------------------------
 
-    def _prepare_rebalance(self, now_ms: int) -> None:
+    def _prepare_rebalance(self, now_ms: int) -> Replies:
         if self.state is State.PREPARING_REBALANCE:
-            return
+            return []
+        replies: Replies = []
         if self.state is State.COMPLETING_REBALANCE:
-            self._fail_pending_syncs(ErrorCode.rebalance_in_progress)
+            replies = self._fail_pending_syncs(ErrorCode.rebalance_in_progress)
         was_empty = self.state is State.EMPTY
         self._transition(State.PREPARING_REBALANCE, now_ms)
         rebalance_timeout_ms = max(
@@ -396,29 +436,29 @@ class ClassicGroup:
             self.join_deadline_ms = now_ms + delay_ms
         else:
             self.join_deadline_ms = now_ms + rebalance_timeout_ms
+        return replies
 
-    def _fail_pending_syncs(self, error: ErrorCode) -> None:
-        for member in self.members.values():
-            if member.sync_callback is not None:
-                member.sync_callback(SyncResult(error))
-                member.sync_callback = None
+    def _fail_pending_syncs(self, error: ErrorCode) -> Replies:
+        return _flatten(m.answer_sync(SyncResult(error)) for m in self.members.values())
 
     def _all_joined(self) -> bool:
         return not self.pending_members and all(
-            m.join_callback is not None for m in self.members.values()
+            m.join_ticket is not None for m in self.members.values()
         )
 
-    def _maybe_complete_join(self, now_ms: int) -> None:
+    def _maybe_complete_join(self, now_ms: int) -> Replies:
         if (
             self.state is State.PREPARING_REBALANCE
             and self.delayed_join is None
             and self._all_joined()
         ):
-            self._complete_join(now_ms)
+            return self._complete_join(now_ms)
+        return []
 
-    def _complete_join(self, now_ms: int) -> None:
-        for member in [m for m in self.members.values() if m.join_callback is None]:
-            self._drop(member)
+    def _complete_join(self, now_ms: int) -> Replies:
+        replies = _flatten(
+            self._drop(m) for m in list(self.members.values()) if m.join_ticket is None
+        )
         self.join_deadline_ms = None
         self.delayed_join = None
         self.generation += 1
@@ -427,16 +467,17 @@ class ClassicGroup:
             self.leader = None
             self._transition(State.EMPTY, now_ms)
             self.persist(self)
-            return
+            return replies
         self.protocol = self._select_protocol()
         if self.leader not in self.members:
             self.leader = next(iter(self.members))
         self._transition(State.COMPLETING_REBALANCE, now_ms)
         for member in self.members.values():
-            respond, member.join_callback = member.join_callback, None
+            assert member.join_ticket is not None
             member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
-            assert respond is not None
-            respond(self._join_result(member, for_leader=member.member_id == self.leader))
+            for_leader = member.member_id == self.leader
+            replies += member.answer_join(self._join_result(member, for_leader=for_leader))
+        return replies
 
     def _select_protocol(self) -> str:
         candidates = self._candidates()
@@ -448,24 +489,20 @@ class ClassicGroup:
         # max() keeps the first of equal counts: the leader's or first member's preference
         return max(votes, key=lambda name: votes[name])
 
-    def _drop(self, member: Member) -> None:
+    def _drop(self, member: Member) -> Replies:
         del self.members[member.member_id]
         if member.group_instance_id is not None:
             self.static_members.pop(member.group_instance_id, None)
-        if member.join_callback is not None:
-            member.join_callback(
-                JoinResult(ErrorCode.unknown_member_id, member_id=member.member_id)
-            )
-            member.join_callback = None
-        if member.sync_callback is not None:
-            member.sync_callback(SyncResult(ErrorCode.unknown_member_id))
-            member.sync_callback = None
+        replies = member.answer_join(
+            JoinResult(ErrorCode.unknown_member_id, member_id=member.member_id)
+        )
+        return replies + member.answer_sync(SyncResult(ErrorCode.unknown_member_id))
 
-    def _remove_member(self, member: Member, now_ms: int) -> None:
-        self._drop(member)
+    def _remove_member(self, member: Member, now_ms: int) -> Replies:
+        replies = self._drop(member)
         if self.state in (State.STABLE, State.COMPLETING_REBALANCE):
-            self._prepare_rebalance(now_ms)
-        self._maybe_complete_join(now_ms)
+            replies += self._prepare_rebalance(now_ms)
+        return replies + self._maybe_complete_join(now_ms)
 
     # --- SyncGroup ---------------------------------------------------------------------
 
@@ -478,8 +515,11 @@ class ClassicGroup:
         protocol: str | None,
         assignments: Sequence[tuple[str, bytes]],
         now_ms: int,
-        respond: SyncCallback,
-    ) -> None:
+        ticket: int,
+    ) -> Replies:
+        """Handle the SyncGroup holding `ticket`: the replies it produced, its own among
+        them when it is answered now (in Stable, or from the leader); a follower's waits
+        for the leader's. Refusals are raised as GroupError."""
         self._check_alive()
         member = self.check_member(member_id, instance_id)
         if generation != self.generation:
@@ -495,28 +535,24 @@ class ClassicGroup:
             raise GroupError(ErrorCode.rebalance_in_progress)
         member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         if self.state is State.STABLE:
-            respond(
-                SyncResult(ErrorCode.none, self.protocol_type, self.protocol, member.assignment)
-            )
-            return
+            return [SyncReply(ticket, self._sync_result(member))]
         assert self.state is State.COMPLETING_REBALANCE, self.state
-        if member.sync_callback is not None:
-            member.sync_callback(SyncResult(ErrorCode.rebalance_in_progress))
-        member.sync_callback = respond
-        if member_id == self.leader:
-            given = dict(assignments)
-            for each in self.members.values():
-                each.assignment = given.get(each.member_id, b"")
-            self._transition(State.STABLE, now_ms)
-            self.persist(self)
-            for each in self.members.values():
-                answer, each.sync_callback = each.sync_callback, None
-                if answer is not None:
-                    answer(
-                        SyncResult(
-                            ErrorCode.none, self.protocol_type, self.protocol, each.assignment
-                        )
-                    )
+        # a retried sync replaces the first, which is answered now
+        replies = member.answer_sync(SyncResult(ErrorCode.rebalance_in_progress))
+        member.sync_ticket = ticket
+        if member_id != self.leader:
+            return replies
+        given = dict(assignments)
+        for each in self.members.values():
+            each.assignment = given.get(each.member_id, b"")
+        self._transition(State.STABLE, now_ms)
+        self.persist(self)
+        return replies + _flatten(
+            each.answer_sync(self._sync_result(each)) for each in self.members.values()
+        )
+
+    def _sync_result(self, member: Member) -> SyncResult:
+        return SyncResult(ErrorCode.none, self.protocol_type, self.protocol, member.assignment)
 
     # --- Heartbeat and LeaveGroup ------------------------------------------------------
 
@@ -524,7 +560,8 @@ class ClassicGroup:
         self, member_id: str, instance_id: str | None, generation: int, now_ms: int
     ) -> ErrorCode:
         """The heartbeat's answer: none, or REBALANCE_IN_PROGRESS (the member must rejoin).
-        Refusals are raised as GroupError."""
+        Refusals are raised as GroupError. A heartbeat only moves a deadline, so it never
+        answers a waiting request."""
         self._check_alive()
         if self.state is State.EMPTY:
             raise GroupError(ErrorCode.unknown_member_id, "the group has no members")
@@ -539,54 +576,66 @@ class ClassicGroup:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def leave(self, member_id: str, instance_id: str | None, now_ms: int) -> ErrorCode:
-        """One member of a LeaveGroup: its error code (none when it left)."""
+    def leave(self, members: Sequence[tuple[str, str | None]], now_ms: int) -> LeaveOutcome:
+        """LeaveGroup for (member id, instance id) pairs, in order; see `LeaveOutcome`."""
+        codes: list[ErrorCode] = []
+        replies: Replies = []
+        for member_id, instance_id in members:
+            code, produced = self._leave_one(member_id, instance_id, now_ms)
+            codes.append(code)
+            replies += produced
+        return LeaveOutcome(tuple(codes), tuple(replies))
+
+    def _leave_one(
+        self, member_id: str, instance_id: str | None, now_ms: int
+    ) -> tuple[ErrorCode, Replies]:
         if self.state is State.DEAD:
-            return ErrorCode.coordinator_not_available
+            return ErrorCode.coordinator_not_available, []
         if instance_id is not None:
             known = self.static_members.get(instance_id)
             if known is None:
-                return ErrorCode.unknown_member_id
+                return ErrorCode.unknown_member_id, []
             if member_id and member_id != known:
-                return ErrorCode.fenced_instance_id
+                return ErrorCode.fenced_instance_id, []
             member_id = known
         if member_id in self.pending_members:
             del self.pending_members[member_id]
-            self._maybe_complete_join(now_ms)
-            return ErrorCode.none
+            return ErrorCode.none, self._maybe_complete_join(now_ms)
         member = self.members.get(member_id)
         if member is None:
-            return ErrorCode.unknown_member_id
-        self._remove_member(member, now_ms)
-        return ErrorCode.none
+            return ErrorCode.unknown_member_id, []
+        return ErrorCode.none, self._remove_member(member, now_ms)
 
     # --- time --------------------------------------------------------------------------
 
-    def tick(self, now_ms: int) -> None:
-        """Fire what is due at `now_ms`: the rebalance deadline, session expiries."""
+    def tick(self, now_ms: int) -> Replies:
+        """Fire what is due at `now_ms` (the rebalance deadline, session expiries): the
+        replies it produced."""
+        replies: Replies = []
         for member_id, deadline in list(self.pending_members.items()):
             if deadline <= now_ms:
                 del self.pending_members[member_id]
-                self._maybe_complete_join(now_ms)
+                replies += self._maybe_complete_join(now_ms)
         for member in list(self.members.values()):
             if member.member_id in self.members and self._expired(member, now_ms):
-                self._remove_member(member, now_ms)
+                replies += self._remove_member(member, now_ms)
         if self.join_deadline_ms is not None and self.join_deadline_ms <= now_ms:
-            self._join_deadline_passed(now_ms)
+            replies += self._join_deadline_passed(now_ms)
+        return replies
 
     @staticmethod
     def _expired(member: Member, now_ms: int) -> bool:
         return not member.kept_alive and member.heartbeat_deadline_ms <= now_ms
 
-    def _join_deadline_passed(self, now_ms: int) -> None:
+    def _join_deadline_passed(self, now_ms: int) -> Replies:
         delayed = self.delayed_join
         if delayed is not None and delayed.new_member_added and delayed.remaining_ms > 0:
             step = min(self.settings.initial_rebalance_delay_ms, delayed.remaining_ms)
             delayed.remaining_ms -= step
             delayed.new_member_added = False
             self.join_deadline_ms = now_ms + step
-            return
-        self._complete_join(now_ms)
+            return []
+        return self._complete_join(now_ms)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [m.heartbeat_deadline_ms for m in self.members.values() if not m.kept_alive]
@@ -595,14 +644,13 @@ class ClassicGroup:
             deadlines.append(self.join_deadline_ms)
         return min(deadlines, default=None)
 
-    def abort_waiting(self, error: ErrorCode) -> None:
+    def abort_waiting(self, error: ErrorCode) -> Replies:
         """Answer every JoinGroup and SyncGroup waiting here with `error` (the broker is
         stopping); the members find the coordinator again and rejoin."""
-        for member in self.members.values():
-            if member.join_callback is not None:
-                member.join_callback(JoinResult(error, member_id=member.member_id))
-                member.join_callback = None
-        self._fail_pending_syncs(error)
+        replies = _flatten(
+            m.answer_join(JoinResult(error, member_id=m.member_id)) for m in self.members.values()
+        )
+        return replies + self._fail_pending_syncs(error)
 
     # --- deletion, persistence and views -----------------------------------------------
 
@@ -722,3 +770,7 @@ class ClassicGroup:
                 for m in self.members.values()
             ),
         )
+
+
+def _flatten(parts: Iterable[Replies]) -> Replies:
+    return [reply for part in parts for reply in part]

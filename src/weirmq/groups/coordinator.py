@@ -10,6 +10,15 @@ Groups come in two kinds, which share one namespace and one offsets store:
 An empty group of one kind turns into the other kind when a member of the other protocol
 arrives (its offsets stay); a non-empty one refuses it, as Kafka does.
 
+Replies. JoinGroup and SyncGroup requests may wait for other members; each is named by a
+ticket its caller allocates (`join_group(..., ticket)`). Every classic step that can
+answer a waiting request (`join_group`, `sync_group`, `leave_group`, `tick`,
+`abort_waiting`) returns the replies it produced (`classic.JoinReply` and `SyncReply`,
+the caller's own when it is answered at once, and other members'), passed up from the
+group unchanged; the caller delivers them all (broker/group_service.py `GroupReplies`).
+Heartbeat and deletion produce none: a heartbeat only moves a deadline, and only an
+empty group, with nobody waiting, is deleted.
+
 Durability. Every change to remember is a record for the internal log (`records.py`,
 Kafka's `__consumer_offsets` format), handed to the injected `write`, which appends it
 before the change is applied in memory: an append that fails (disk full) changes
@@ -44,7 +53,7 @@ from dataclasses import dataclass, field
 from ..errors import ErrorCode
 from ..types import TopicPartition
 from . import consumer as kip848
-from .classic import ClassicGroup, ClassicSettings, JoinCallback, JoinRequest, State, SyncCallback
+from .classic import ClassicGroup, ClassicSettings, JoinRequest, LeaveOutcome, Replies, State
 from .errors import GroupError
 from .protocol import encode_assignment
 from .records import (
@@ -168,13 +177,12 @@ class GroupCoordinator:
 
     # --- classic protocol ----------------------------------------------------------------
 
-    def join_group(
-        self, group_id: str, request: JoinRequest, now_ms: int, respond: JoinCallback
-    ) -> None:
+    def join_group(self, group_id: str, request: JoinRequest, now_ms: int, ticket: int) -> Replies:
+        """The JoinGroup holding `ticket`; see `ClassicGroup.join`."""
         self._check_ready(group_id)
         group = self._classic(group_id, create=True)
         assert group is not None
-        group.join(request, now_ms, respond)
+        return group.join(request, now_ms, ticket)
 
     def sync_group(
         self,
@@ -186,13 +194,14 @@ class GroupCoordinator:
         protocol: str | None,
         assignments: Sequence[tuple[str, bytes]],
         now_ms: int,
-        respond: SyncCallback,
-    ) -> None:
+        ticket: int,
+    ) -> Replies:
+        """The SyncGroup holding `ticket`; see `ClassicGroup.sync`."""
         self._check_ready(group_id)
         group = self._classic(group_id, create=False)
         if group is None:
             raise GroupError(ErrorCode.unknown_member_id, f"no group {group_id!r}")
-        group.sync(
+        return group.sync(
             member_id,
             instance_id,
             generation,
@@ -200,7 +209,7 @@ class GroupCoordinator:
             protocol,
             assignments,
             now_ms,
-            respond,
+            ticket,
         )
 
     def heartbeat(
@@ -214,13 +223,14 @@ class GroupCoordinator:
 
     def leave_group(
         self, group_id: str, members: Sequence[tuple[str, str | None]], now_ms: int
-    ) -> list[ErrorCode]:
-        """Each member's answer; raises GroupError when the whole request is refused."""
+    ) -> LeaveOutcome:
+        """Each member's answer and the replies the departures produced; raises
+        GroupError when the whole request is refused."""
         self._check_ready(group_id)
         group = self._classic(group_id, create=False)
         if group is None:
             raise GroupError(ErrorCode.unknown_member_id, f"no group {group_id!r}")
-        return [group.leave(member_id, instance_id, now_ms) for member_id, instance_id in members]
+        return group.leave(members, now_ms)
 
     # --- KIP-848 -------------------------------------------------------------------------
 
@@ -491,20 +501,25 @@ class GroupCoordinator:
 
     # --- time ----------------------------------------------------------------------------
 
-    def tick(self, now_ms: int) -> None:
+    def tick(self, now_ms: int) -> Replies:
+        """Fire every group's due deadlines; the replies that produced."""
+        replies: Replies = []
         for group_id, group in list(self.groups.items()):
             if isinstance(group, ClassicGroup):
-                group.tick(now_ms)
+                replies += group.tick(now_ms)
             else:
                 group.expire(now_ms)
                 self._note_empty(group_id, group, now_ms)
+        return replies
 
-    def abort_waiting(self) -> None:
+    def abort_waiting(self) -> Replies:
         """The broker is stopping: answer waiting joins and syncs with NOT_COORDINATOR, as
         a Kafka coordinator that unloads its groups does, so no answer waits for us."""
+        replies: Replies = []
         for group in self.groups.values():
             if isinstance(group, ClassicGroup):
-                group.abort_waiting(ErrorCode.not_coordinator)
+                replies += group.abort_waiting(ErrorCode.not_coordinator)
+        return replies
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [group.next_deadline_ms() for group in self.groups.values()]

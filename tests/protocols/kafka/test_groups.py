@@ -250,6 +250,48 @@ def test_join_sync_heartbeat_leave_in_one_loop(client: Client) -> None:
     asyncio.run(scenario())
 
 
+def test_a_join_whose_connection_closed_gets_no_reply_and_shutdown_answers_the_rest(
+    client: Client,
+) -> None:
+    replies = client.broker.group_replies
+
+    async def scenario() -> None:
+        a = (await call_async(client, JOIN_GROUP, join_request(), 3)).member_id
+        sync = {
+            "group_id": "g",
+            "generation_id": 1,
+            "member_id": a,
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [{"member_id": a, "assignment": b"all"}],
+        }
+        assert (await call_async(client, SYNC_GROUP, sync, 5)).error_code is ErrorCode.none
+        # b waits for `a` to rejoin; its connection closes, which cancels the request
+        gone = asyncio.ensure_future(call_async(client, JOIN_GROUP, join_request(), 3))
+        await asyncio.sleep(0.01)
+        assert replies.waiting == 1
+        gone.cancel()
+        await asyncio.sleep(0)
+        assert gone.cancelled() and replies.waiting == 0
+        # the rebalance completes: b's reply finds no request and is dropped quietly
+        kept = asyncio.ensure_future(call_async(client, JOIN_GROUP, join_request(), 3))
+        await asyncio.sleep(0.01)
+        rejoined = await call_async(client, JOIN_GROUP, join_request(a), 9)
+        joined_c = await kept
+        assert rejoined.generation_id == joined_c.generation_id == 2
+        assert replies.waiting == 0
+        # a join waiting when the broker stops is told to find the coordinator again
+        last = asyncio.ensure_future(call_async(client, JOIN_GROUP, join_request(), 3))
+        await asyncio.sleep(0.01)
+        assert not last.done()
+        client.broker.wake_all()
+        assert (await last).error_code is ErrorCode.not_coordinator
+        assert replies.waiting == 0
+
+    asyncio.run(scenario())
+
+
 def test_deleting_a_topic_deletes_the_groups_offsets_of_it(client: Client) -> None:
     client.call(OFFSET_COMMIT, commit_request("g", {0: 5}), 9)
     topics = [{"name": "t", "topic_id": None}]

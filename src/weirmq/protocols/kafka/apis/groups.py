@@ -4,8 +4,12 @@ This broker is the coordinator of every group (FindCoordinator names it for any 
 The coordinator is sans-I/O, and its log and timer are broker services
 (broker/group_service.py); this adapter adds what is Kafka's:
 
-- answers that wait: JoinGroup and SyncGroup hand the coordinator a callback that
-  resolves an asyncio future, which the dispatcher awaits;
+- answers that wait: a JoinGroup or SyncGroup takes a ticket from the broker's
+  `GroupReplies` and hands it to the coordinator, which returns every reply the step
+  produced (this request's and other members' it released); all are delivered here, in
+  one place (`_waiting`). This request's own answer, if among them, is returned at once;
+  otherwise the dispatcher awaits the ticket's future. LeaveGroup delivers the replies
+  its departures produced (a rebalance completing for the members that stay);
 - after every call that can move the coordinator's next deadline, the broker's
   `GroupTimer` is poked;
 - OffsetCommit answers only once its records are fsynced (group commit, like acks=all),
@@ -20,16 +24,24 @@ error fields; anything else is a bug and goes up to the dispatcher.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ....errors import ErrorCode, KafkaError
 from ....groups import consumer as kip848
-from ....groups.classic import JoinRequest, JoinResult, SyncResult
+from ....groups.classic import (
+    GroupResult,
+    JoinReply,
+    JoinRequest,
+    JoinResult,
+    LeaveOutcome,
+    Replies,
+    SyncReply,
+    SyncResult,
+)
 from ....groups.coordinator import CommitRequest
 from ....groups.errors import GroupError
 from ....groups.views import (
@@ -69,8 +81,6 @@ MEMBER_TYPE_CONSUMER = 1
 """ConsumerGroupDescribe v1's member_type of a member that speaks KIP-848's protocol (0
 would be a classic member of a consumer group, which this broker does not mix in)."""
 
-T = TypeVar("T")
-
 
 def _ms(value: datetime.timedelta) -> int:
     """A kio timedelta field in milliseconds."""
@@ -79,30 +89,29 @@ def _ms(value: datetime.timedelta) -> int:
 
 def _waiting(
     broker: Broker,
-    start: Callable[[Callable[[T], None]], None],
-    answer: Callable[[T], dict[str, Any]],
+    step: Callable[[int], Replies],
+    answer: Callable[[GroupResult], dict[str, Any]],
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-    """Run `start(respond)`; answer at once if it responded, else when it does."""
-    results: list[T] = []
-    future: asyncio.Future[T] | None = None
-
-    def respond(result: T) -> None:
-        if future is None:
-            results.append(result)
-        elif not future.done():
-            future.set_result(result)
-
+    """Run the coordinator `step` under a new ticket and deliver every reply it produced;
+    answer at once if one was for this ticket (no event loop needed), else when the
+    ticket's reply is delivered (by a later request, the group timer or shutdown)."""
+    replies = broker.group_replies
+    ticket = replies.ticket()
     try:
-        start(respond)
+        produced = step(ticket)
     finally:
         broker.group_timer.poke()
-    if results:
-        return answer(results[0])
-    future = asyncio.get_running_loop().create_future()
+    own = replies.deliver(produced, own=ticket)
+    if own is not None:
+        return answer(own)
+    future = replies.wait(ticket)
 
     async def wait() -> dict[str, Any]:
-        assert future is not None
-        return answer(await future)
+        try:
+            return answer(await future)
+        finally:
+            # Answered, or cancelled with the connection: a later reply is dropped.
+            replies.cancel(ticket)
 
     return wait()
 
@@ -163,20 +172,21 @@ def handle_join_group(
         require_known_member_id=version >= JOIN_REQUIRES_MEMBER_ID_VERSION,
     )
 
-    def start(respond: Callable[[JoinResult], None]) -> None:
+    def step(ticket: int) -> Replies:
         try:
-            broker.groups.join_group(request.group_id, join, broker.clock(), respond)
+            return broker.groups.join_group(request.group_id, join, broker.clock(), ticket)
         except GroupError as exc:
-            respond(JoinResult(exc.code, member_id=request.member_id))
+            return [JoinReply(ticket, JoinResult(exc.code, member_id=request.member_id))]
 
-    return _waiting(broker, start, lambda result: _join_response(result, version))
+    return _waiting(broker, step, lambda result: _join_response(result, version))
 
 
 NULLABLE_PROTOCOL_VERSION = 7
 """JoinGroup v7+ (KIP-559) may answer a null protocol; older versions need a string."""
 
 
-def _join_response(result: JoinResult, version: int) -> dict[str, Any]:
+def _join_response(result: GroupResult, version: int) -> dict[str, Any]:
+    assert isinstance(result, JoinResult), result
     protocol = result.protocol
     if protocol is None and version < NULLABLE_PROTOCOL_VERSION:
         protocol = ""
@@ -198,9 +208,9 @@ def _join_response(result: JoinResult, version: int) -> dict[str, Any]:
 def handle_sync_group(
     broker: Broker, request: SyncGroupRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-    def start(respond: Callable[[SyncResult], None]) -> None:
+    def step(ticket: int) -> Replies:
         try:
-            broker.groups.sync_group(
+            return broker.groups.sync_group(
                 request.group_id,
                 request.member_id,
                 request.group_instance_id,
@@ -209,15 +219,16 @@ def handle_sync_group(
                 request.protocol_name,
                 [(a.member_id, bytes(a.assignment)) for a in request.assignments],
                 broker.clock(),
-                respond,
+                ticket,
             )
         except GroupError as exc:
-            respond(SyncResult(exc.code))
+            return [SyncReply(ticket, SyncResult(exc.code))]
 
-    return _waiting(broker, start, _sync_response)
+    return _waiting(broker, step, _sync_response)
 
 
-def _sync_response(result: SyncResult) -> dict[str, Any]:
+def _sync_response(result: GroupResult) -> dict[str, Any]:
+    assert isinstance(result, SyncResult), result
     return {
         "error_code": result.error,
         "protocol_type": result.protocol_type,
@@ -255,13 +266,15 @@ def handle_leave_group(
     for member_id, _instance, reason in members:
         log.info("group %r: member %r leaves (%s)", request.group_id, member_id, reason or "-")
     try:
-        codes = broker.groups.leave_group(
+        left = broker.groups.leave_group(
             request.group_id, [(m, i) for m, i, _ in members], broker.clock()
         )
         top = ErrorCode.none
     except GroupError as exc:
-        codes, top = [exc.code] * len(members), exc.code
+        left, top = LeaveOutcome((exc.code,) * len(members), ()), exc.code
+    broker.group_replies.deliver(left.replies)
     broker.group_timer.poke()
+    codes = left.codes
     if version < 3:
         top = codes[0]
     return {
