@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from weirmq.broker.stats import RequestLatency
 from weirmq.protocols.contract import CloseConnection, ConnectionHandle, Frame, Outcome, Reply
 from weirmq.server.connection import (
     Connection,
@@ -216,13 +217,30 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
 # --- ordering -------------------------------------------------------------------------------
 
 
-def test_a_ready_reply_with_nothing_ahead_is_written_at_once() -> None:
+def test_ready_replies_with_nothing_ahead_are_written_at_once_in_one_write() -> None:
     async def scenario() -> None:
         listener, _ = make_listener()
         connection, transport = connect(listener)
         feed(connection, b"now:a\nnone\nnow:b\n")
-        assert transport.writes == [b"a", b"b"]
+        assert transport.writes == [b"ab"]  # one read's replies: one write, before the loop
         assert connection.in_flight == 0
+        feed(connection, b"now:c\n")
+        assert transport.writes == [b"ab", b"c"]
+
+    run(scenario)
+
+
+def test_each_reply_is_timed_from_its_frame_read_to_its_write() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        latency = listener.request_latency
+        assert isinstance(latency, RequestLatency)
+        connection, _ = connect(listener)
+        feed(connection, b"now:a\nnone\nwait:b\n")
+        assert latency.count == 1  # "none" has no reply, "b" is not written yet
+        adapter.release("b")
+        await settle()
+        assert latency.count == 2 and latency.sum > 0
 
     run(scenario)
 
@@ -239,7 +257,7 @@ def test_replies_are_written_in_request_order() -> None:
         assert transport.writes == []
         adapter.release("a")
         await settle()
-        assert transport.writes == [b"a", b"b", b"c", b"d"]
+        assert transport.writes == [b"abcd"]  # released together: written together
         assert connection.in_flight == 0
 
     run(scenario)
@@ -255,23 +273,25 @@ def test_sent_frames_join_the_queue_behind_replies_already_due() -> None:
         assert transport.writes == [b"p1"]
         adapter.release("a")
         await settle()
-        assert transport.writes == [b"p1", b"a", b"p2", b"b"]
+        assert transport.writes == [b"p1", b"ap2b"]
         connection.close("test")
         connection.send(Reply(b"late", []))  # ignored once closing
-        assert transport.writes == [b"p1", b"a", b"p2", b"b"]
+        await settle()
+        assert transport.writes == [b"p1", b"ap2b"]
 
     run(scenario)
 
 
-def test_small_reply_parts_are_joined_to_the_prefix_large_ones_written_as_they_are() -> None:
+def test_small_reply_parts_are_joined_large_ones_written_as_they_are() -> None:
     async def scenario() -> None:
         listener, _ = make_listener()
         connection, transport = connect(listener)
-        large = b"x" * 5000
+        medium, large = b"m" * 60_000, b"x" * 70_000
         connection.send(Reply(b"P", [b"ab", memoryview(b"cd"), large, b"e"]))
-        assert transport.writes == [b"Pabcd", large, b"e"]
-        connection.send(Reply(b"Q", [large]))
-        assert transport.writes[3:] == [b"Q", large]
+        connection.send(Reply(b"Q", [medium, large]))
+        assert transport.writes == []  # sent replies are written once per loop turn
+        await settle()
+        assert transport.writes == [b"Pabcd", large, b"eQ" + medium, large]
 
     run(scenario)
 
@@ -511,7 +531,7 @@ def test_stop_lets_in_flight_requests_finish_then_closes() -> None:
         assert not busy_transport.closed and not idle_transport.closed
         adapter.release("a")
         await asyncio.wait_for(stopping, 1.0)
-        assert busy_transport.events == ["pause", b"a", b"b", "close"]
+        assert busy_transport.events == ["pause", b"ab", "close"]
         assert idle_transport.closed
         _late, late_transport = connect(listener)
         assert late_transport.closed  # accepted while stopping: closed at once

@@ -29,6 +29,24 @@ class TopicStats:
         """Records in the batches returned by Fetch (whole batches, as sent)."""
 
 
+REQUEST_LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+"""25 µs up: a small request answered from memory takes tens of microseconds, and the
+broker's share of a millisecond of end-to-end latency must be readable."""
+
+
+class RequestLatency(LatencyHistogram):
+    """Seconds from a request's frame being read to its reply being handed to the socket,
+    for one protocol (the connection pump observes it; `weirmq.server.connection`)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(REQUEST_LATENCY_BUCKETS_S)
+
+
 class ApiStats:
     """Requests of one API key: how many, and how long from decode to response ready."""
 
@@ -50,6 +68,14 @@ class BrokerStats:
         """Accepted since start."""
         self.connections_closed_for_errors = 0
         """Closed because a frame could not be answered (bad header, body, version)."""
+        self.request_latencies: dict[str, RequestLatency] = {}
+        """By protocol ("kafka", ...): frame read to reply written."""
+
+    def request_latency(self, protocol: str) -> RequestLatency:
+        histogram = self.request_latencies.get(protocol)
+        if histogram is None:
+            histogram = self.request_latencies[protocol] = RequestLatency()
+        return histogram
 
     def topic(self, name: str) -> TopicStats:
         stats = self.topics.get(name)

@@ -9,11 +9,21 @@ Each connection is an `asyncio.BufferedProtocol`: the kernel writes straight int
 framer's memory, and complete frames go to the session one at a time. Replies are written
 in the order of the frames they answer, which Kafka clients require (they match responses
 to requests by position as much as by correlation id). A reply that is ready at once (most
-of them) is written at once when nothing is ahead of it; one that must wait (acks=all, a
+of them) is due at once when nothing is ahead of it; one that must wait (acks=all, a
 fetch long poll) becomes a task, and whatever is behind it waits in the queue until it
 finishes. Frames are still handled as they arrive, so appends keep arrival order and many
 acks=all produces from one connection share one fsync. What a session `send`s unasked (an
 AMQP delivery) joins the same queue, behind every reply already due.
+
+Writes are coalesced: replies that fall due during one read (a client pipelining
+requests) are written together when the read's frames are handled, and replies released by
+finished tasks (the acks=all produces one fsync answered, AMQP deliveries) are written
+together once per turn of the event loop. A write is one buffer for everything up to
+`_JOIN_BYTES_MAX` (copying tens of kilobytes costs less than the send() each extra part
+would take); only larger parts, such as a megabyte of fetched records, go to the transport
+as they are, uncopied. Each reply's time from its frame being read to its bytes being handed
+to the socket is observed in the listener's `request_latency` histogram: the broker's share
+of a client's latency.
 
 Every connection is bounded (each bound is a setting):
 
@@ -55,10 +65,12 @@ import contextlib
 import logging
 import socket
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..broker.stats import RequestLatency
 from ..protocols.contract import Adapter, CloseConnection, Frame, Framer, Outcome, Reply, Session
 from ..settings import Settings
 
@@ -67,12 +79,17 @@ log = logging.getLogger(__name__)
 _IDLE_CHECKS_PER_TIMEOUT = 8
 _IDLE_CHECK_MIN_S = 0.05
 _IDLE_CHECK_MAX_S = 15.0
-_JOIN_BYTES_MAX = 4096
-"""Reply parts up to this size are joined to the reply's prefix and written as one buffer."""
+_JOIN_BYTES_MAX = 64 * 1024
+"""Reply parts up to this size are joined into the buffer written before them; larger ones
+are written as they are (see the module docstring)."""
 _RCVLOWAT_MAX = 1024 * 1024
 """The highest receive low-water mark we ask for (the kernel grows the socket's receive
 buffer to hold it)."""
 LISTEN_BACKLOG = 128
+
+
+class Histogram(Protocol):
+    def observe(self, seconds: float) -> None: ...
 
 
 class ConnectionStats(Protocol):
@@ -84,16 +101,29 @@ class ConnectionStats(Protocol):
     connections_closed_for_errors: int
     """Closed by `CloseConnection`: a frame that could not be answered."""
 
+    def request_latency(self, protocol: str) -> Histogram:
+        """Seconds from a frame read to its reply handed to the socket, for `protocol`."""
+        ...
+
 
 class ConnectionCounts:
     """`ConnectionStats` of a listener that reports to no one else."""
 
-    __slots__ = ("connections_closed_for_errors", "connections_open", "connections_total")
+    __slots__ = (
+        "_latency",
+        "connections_closed_for_errors",
+        "connections_open",
+        "connections_total",
+    )
 
     def __init__(self) -> None:
         self.connections_open = 0
         self.connections_total = 0
         self.connections_closed_for_errors = 0
+        self._latency = RequestLatency()
+
+    def request_latency(self, protocol: str) -> Histogram:
+        return self._latency
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -109,7 +139,13 @@ class Connection(asyncio.BufferedProtocol):
         self._session: Session | None = None
         # The session's bound `handle`, looked up once rather than per frame.
         self._handle: Callable[[Frame], Outcome] = _not_connected
-        self._queue: deque[Reply | asyncio.Task[Reply | None]] = deque()
+        # Replies not yet due, each with the time its frame was read: a task (a reply that
+        # waits) or a reply queued behind one.
+        self._queue: deque[tuple[float, Reply | asyncio.Task[Reply | None]]] = deque()
+        # Replies due, written together by `_flush` (see the module docstring).
+        self._due: list[tuple[float, Reply]] = []
+        self._flush_scheduled = False
+        self._latency = listener.request_latency
         self._max_in_flight = listener.settings.max_in_flight_requests
         self._write_paused = False
         self._reading_paused = False
@@ -155,10 +191,14 @@ class Connection(asyncio.BufferedProtocol):
         except CloseConnection as exc:
             self._close_for_error(str(exc))
             return
-        for frame in frames:
-            if self._closing:
-                return
-            self._on_frame(frame)
+        if frames:
+            read_at = time.perf_counter()
+            for frame in frames:
+                if self._closing:
+                    return
+                self._on_frame(frame, read_at)
+            if self._due:
+                self._flush()
         self._update_reading()
         self._update_low_water()
 
@@ -171,12 +211,13 @@ class Connection(asyncio.BufferedProtocol):
         if self in listener.connections:
             listener.connections.discard(self)
             listener.stats.connections_open -= 1
-        for item in self._queue:
+        for _, item in self._queue:
             if isinstance(item, asyncio.Task):
                 # A finished task is left as it is, but cancel() still marks its
                 # exception as retrieved: the loop never reports it.
                 item.cancel()
         self._queue.clear()
+        self._due.clear()
         session, self._session = self._session, None
         if session is not None:
             self._notify(session.closed)
@@ -203,11 +244,13 @@ class Connection(asyncio.BufferedProtocol):
         """Write `reply` after everything already due; see `ConnectionHandle.send`."""
         if self._closing:
             return
+        now = time.perf_counter()
         if self._queue:
-            self._queue.append(reply)
+            self._queue.append((now, reply))
             self._update_reading()
         else:
-            self._write(reply)
+            self._due.append((now, reply))
+            self._flush_soon()
 
     def close(self, reason: str) -> None:
         if self._closing:
@@ -221,10 +264,10 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def in_flight(self) -> int:
-        """Replies queued or awaited."""
-        return len(self._queue)
+        """Replies queued, awaited or due."""
+        return len(self._queue) + len(self._due)
 
-    def _on_frame(self, frame: Frame) -> None:
+    def _on_frame(self, frame: Frame, read_at: float) -> None:
         try:
             outcome = self._handle(frame)
         except CloseConnection as exc:
@@ -238,25 +281,25 @@ class Connection(asyncio.BufferedProtocol):
             return
         if isinstance(outcome, Reply):
             if not self._queue:
-                self._write(outcome)
+                self._due.append((read_at, outcome))
             else:
-                self._queue.append(outcome)
+                self._queue.append((read_at, outcome))
             return
         # Sessions' awaitables are coroutines; anything else gets wrapped in one.
         coroutine = outcome if asyncio.iscoroutine(outcome) else _as_coroutine(outcome)
         task = self.listener.loop.create_task(coroutine)
-        self._queue.append(task)
+        self._queue.append((read_at, task))
         task.add_done_callback(self._on_task_done)
 
     def _on_task_done(self, _task: asyncio.Task[Reply | None]) -> None:
         if self._closing:  # connection_lost cancels what is left
             return
-        queue = self._queue
+        queue, due = self._queue, self._due
         while queue:
-            head = queue[0]
+            read_at, head = queue[0]
             if not isinstance(head, asyncio.Task):
                 queue.popleft()
-                self._write(head)
+                due.append((read_at, head))
                 continue
             if not head.done():
                 break
@@ -270,29 +313,50 @@ class Connection(asyncio.BufferedProtocol):
                 return
             reply = head.result()
             if reply is not None:
-                self._write(reply)
-        self._update_reading()
-        if self.listener.stopping and not queue:
+                due.append((read_at, reply))
+        if due:
+            self._flush_soon()
+        else:
+            self._update_reading()
+        if self.listener.stopping and not queue and not due:
             self.listener.drained.set()
 
-    def _write(self, reply: Reply) -> None:
-        assert self.transport is not None
+    def _flush_soon(self) -> None:
+        """Write what is due at the end of this turn of the loop, together with whatever
+        else falls due in it (the other produces one fsync answered)."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.listener.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write every due reply, in order, in as few writes as the parts allow."""
+        self._flush_scheduled = False
+        due = self._due
+        if not due or self._closing or self.transport is None:
+            due.clear()
+            return
+        self._due = []
         self._active = True
-        # With nothing buffered, every transport.write is a send() of its own: the size
-        # prefix, then the body (and for a fetch, the fields before the records) would go
-        # out as separate tiny segments. Small leading parts are joined to the prefix
-        # (a copy of a few bytes); large ones, such as fetched records, are written as
-        # they are. One send instead of two per Produce answer.
-        body = reply.body
-        head = reply.prefix
-        joined = 0
-        while joined < len(body) and len(body[joined]) <= _JOIN_BYTES_MAX:
-            joined += 1
-        if joined:
-            head = b"".join((head, *body[:joined]))
-        self.transport.write(head)
-        for part in body[joined:]:
-            self.transport.write(part)
+        write = self.transport.write
+        pending: list[bytes | memoryview] = []  # small parts, joined into one write
+        for _, reply in due:
+            pending.append(reply.prefix)
+            for part in reply.body:
+                if len(part) <= _JOIN_BYTES_MAX:
+                    pending.append(part)
+                    continue
+                write(b"".join(pending))
+                pending.clear()
+                write(part)
+        if pending:
+            write(b"".join(pending))
+        written_at = time.perf_counter()
+        observe = self._latency.observe
+        for read_at, _ in due:
+            observe(written_at - read_at)
+        self._update_reading()
+        if self.listener.stopping and not self._queue:
+            self.listener.drained.set()
 
     # --- bounds -------------------------------------------------------------------------
 
@@ -302,7 +366,7 @@ class Connection(asyncio.BufferedProtocol):
         should_pause = (
             self._write_paused
             or self.listener.stopping
-            or len(self._queue) >= self._max_in_flight
+            or len(self._queue) + len(self._due) >= self._max_in_flight
         )
         if should_pause and not self._reading_paused:
             self.transport.pause_reading()
@@ -325,7 +389,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def check_idle(self, now_s: float, idle_timeout_ms: int) -> None:
         """One idle sweep's look at this connection (see the module docstring)."""
-        if self._active or self._queue:
+        if self._active or self._queue or self._due:
             self._active = False
             self._quiet_since = now_s
         elif (now_s - self._quiet_since) * 1000 > idle_timeout_ms:
@@ -389,6 +453,8 @@ class Listener:
         """Set when a connection's last reply is written (or it is lost) while stopping."""
         self._server: asyncio.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
+        self.request_latency = self.stats.request_latency(adapter.name)
+        """Frame read to reply written, for every connection of this listener."""
 
     def now(self) -> float:
         """Seconds on the loop's monotonic clock. The pump reads time only here (idle
