@@ -49,6 +49,7 @@ from .wire.framing import HeaderError, parse_request_header, response_prefix
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
+FETCH_KEY = 1
 _CONFORMED: set[type[Any]] = set()
 """Request classes given their absent fields already (`requests.conform`)."""
 API_VERSIONS_KEY = 18
@@ -138,9 +139,12 @@ class Dispatcher:
             raise CloseConnection(
                 f"API key {key} version {version} outside {api.min_version}..{api.max_version}"
             )
+        request: Any
         try:
             if key == PRODUCE_KEY:  # hand-written: its records stay views of the frame
                 request = fast.decode_produce_request(version, frame, header.body_offset)
+            elif key == FETCH_KEY:  # hand-written: one pass, no tree of kio classes
+                request = fast.decode_fetch_request(version, frame, header.body_offset)
             else:
                 request = messages.decode_request(key, version, frame, header.body_offset)
                 if type(request) not in _CONFORMED:  # once per class: see requests.py
