@@ -378,6 +378,10 @@ def test_receive_low_water_mark_follows_the_missing_bytes() -> None:
         feed(connection, b"x")  # unchanged: not set again
         framer.missing_bytes = 0
         feed(connection, b"\n")
+        framer.missing_bytes = 60_000  # a medium frame: not worth two setsockopt calls
+        feed(connection, b"x")
+        framer.missing_bytes = 0
+        feed(connection, b"\n")
         assert sock.marks == [300_000, 1 << 20, 1]
 
     run(scenario)

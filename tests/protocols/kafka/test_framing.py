@@ -29,6 +29,7 @@ from weirmq.errors import ErrorCode
 from weirmq.protocols.kafka.wire import messages
 from weirmq.protocols.kafka.wire.framing import (
     BIG_INITIAL_BYTES,
+    LEND_BYTES_MIN,
     SCRATCH_BYTES,
     SPARE_BYTES_MAX,
     FrameError,
@@ -270,6 +271,32 @@ def test_missing_bytes_counts_down_a_large_frame() -> None:
     assert reader.missing_bytes == len(data) - 50_000
     assert _feed(reader, data[50_000:]) == [body]
     assert reader.missing_bytes == 0
+
+
+def test_a_medium_frame_that_arrived_whole_is_lent_never_overwritten() -> None:
+    reader = FrameReader(MAX_FRAME_BYTES)
+    body = _body(LEND_BYTES_MIN + 1000, 7)
+    following = _frame(_body(3000, 8))
+    [frame] = _feed(reader, _frame(body) + following[:10])
+    assert isinstance(frame, memoryview) and frame.readonly  # a view, not a copy
+    assert reader.buffered_bytes == 10  # the next frame's start moved to another buffer
+    later = [_body(LEND_BYTES_MIN + 2000, 9 + i) for i in range(3)]
+    assert _feed(reader, following[10:] + b"".join(_frame(b) for b in later)) == [
+        following[4:],
+        *later,
+    ]
+    assert bytes(frame) == body  # still intact while it is held
+
+
+def test_a_lent_scratch_buffer_is_taken_back_once_released() -> None:
+    reader = FrameReader(MAX_FRAME_BYTES)
+    owners = []
+    for i in range(4):
+        [frame] = _feed(reader, _frame(_body(LEND_BYTES_MIN, i)))
+        assert isinstance(frame, memoryview)
+        owners.append(id(frame.obj))
+        del frame  # handled: nothing refers to the buffer any more
+    assert owners[0] == owners[2] and owners[1] == owners[3] and owners[0] != owners[1]
 
 
 def test_frame_that_just_fits_the_scratch_buffer_is_returned_as_bytes() -> None:
