@@ -5,9 +5,12 @@ The results are the JSON document `weirmq.bench.runner` writes: ``{"workloads": 
 and nothing else, so a saved JSON file can be re-rendered later (``weirmq bench --from
 FILE``).
 
-The targets are issue 6's: each is computed from the figures of one run, so a ratio always
-compares two measurements taken minutes apart on the same machine, never against a figure
-from another day.
+The targets are issue 6's (the first version of the suite) and issue 17's (the cost of a
+request: small batches, per-request overhead, many partitions, latency, start and stop).
+Each is computed from the figures of one run, so a ratio always compares two measurements
+taken minutes apart on the same machine, never against a figure from another day. A target
+whose figures the run did not measure (a workload left out, a quick run) is "not
+measured", never a pass.
 """
 
 from __future__ import annotations
@@ -42,14 +45,70 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
+def per_request_overhead_us(small: Case | None, large: Case | None) -> float | None:
+    """Broker CPU per request beyond the per-byte cost, in µs, from two cases that moved
+    data in small and in large requests:
+
+        (CPU s/GB small - CPU s/GB large) / (requests/GB small - requests/GB large)
+
+    None if a figure is missing, or if the small case did not take more requests per GB
+    (then there is no difference to attribute the CPU to).
+    """
+    cpu_small, cpu_large = _get(small, "broker_cpu_s_per_gb"), _get(large, "broker_cpu_s_per_gb")
+    req_small, req_large = _get(small, "requests_per_gb"), _get(large, "requests_per_gb")
+    if cpu_small is None or cpu_large is None or req_small is None or req_large is None:
+        return None
+    if req_small <= req_large:
+        return None
+    return (cpu_small - cpu_large) / (req_small - req_large) * 1e6
+
+
 # --- Targets -----------------------------------------------------------------------------
 
 
-def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every target of issue 6: what it asks, the figure measured, and whether it held.
+Check = Callable[[float], bool] | None
+Row = tuple[str, float | None, str, Check]  # what, measured, goal, how to check it
 
-    ``met`` is None when the figures it needs were not measured in this run.
+# Issue 17's small batches and fetches: workloads.SMALL_REQUEST_BYTES (a test checks that
+# the two agree; this module reads documents and imports no workload).
+SMALL_BATCH_BYTES = 60_000
+STOP_TARGET = "clean stop with 10,000 partitions, s"
+
+
+def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target of issues 6 and 17: what it asks, the figure measured, whether it held.
+
+    ``met`` is None when the figures it needs were not measured in this run. A case that
+    failed where the target is that it works (10,000 partitions; a clean stop) is a
+    measured miss, with the failure as its note.
     """
+    failed_stop = next((c for c in cases(document, "stop")
+                        if c.get("name") == "10000 partitions" and "error" in c), None)
+    out = _issue_6(document)
+    for what, measured, goal, check in _issue_17(document):
+        target = _target(17, what, measured, goal, check)
+        if what == STOP_TARGET and failed_stop is not None:
+            target.update(met=False, note=failed_stop["error"])
+        out.append(target)
+    return out
+
+
+def _target(issue: int, what: str, measured: float | None, goal: str,
+            check: Check) -> dict[str, Any]:
+    met = None if measured is None or check is None else bool(check(measured))
+    return {"issue": issue, "target": what, "goal": goal, "measured": measured, "met": met}
+
+
+def _at_most(limit: float) -> Check:
+    return lambda v: v <= limit
+
+
+def _at_least(limit: float) -> Check:
+    return lambda v: v >= limit
+
+
+def _issue_6(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 6's targets, as they were first written."""
     def get(workload: str, name: str, key: str) -> float | None:
         return _get(find(document, workload, name), key)
 
@@ -90,12 +149,70 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for what, measured, goal, check in rows:
         if what.startswith("10,000") and ten_thousand is not None and "error" in ten_thousand:
-            out.append({"target": what, "goal": goal, "measured": None, "met": False,
-                        "note": ten_thousand["error"]})
+            out.append({"issue": 6, "target": what, "goal": goal, "measured": None,
+                        "met": False, "note": ten_thousand["error"]})
             continue
-        met = None if measured is None or check is None else bool(check(measured))
-        out.append({"target": what, "goal": goal, "measured": measured, "met": met})
+        out.append(_target(6, what, measured, goal, check))
     return out
+
+
+def _issue_17(document: dict[str, Any]) -> list[Row]:
+    """Issue 17's targets: per-request cost, small batches, round-robin, latency, start, stop."""
+    def get(workload: str, name: str, key: str) -> float | None:
+        return _get(find(document, workload, name), key)
+
+    def produced(value_bytes: int, acks: str, small: bool, key: str) -> float | None:
+        return _get(_produce_case(document, value_bytes, acks, small), key)
+
+    rows: list[Row] = []
+    for api in ("produce", "fetch"):
+        rows.append((f"{api}: broker CPU per request beyond the per-byte cost, µs",
+                     per_request_overhead_us(*_requests_pair(document, api)), "<= 20",
+                     _at_most(20)))
+    batch = f"batch.size={SMALL_BATCH_BYTES}"
+    for size, value_bytes in (("1 KB", 1024), ("16 KB", 16 * 1024)):
+        rows += [(f"produce {size} acks={acks}, {batch}: broker CPU/GB ÷ the same at "
+                  "default 1 MB batches",
+                  _ratio(produced(value_bytes, acks, True, "broker_cpu_s_per_gb"),
+                         produced(value_bytes, acks, False, "broker_cpu_s_per_gb")),
+                  "<= 1.5", _at_most(1.5)) for acks in ("1", "all")]
+        rows.append((f"produce {size}: acks=all ÷ acks=1 throughput at {batch}",
+                     _ratio(produced(value_bytes, "all", True, "mb_per_s"),
+                            produced(value_bytes, "1", True, "mb_per_s")),
+                     ">= 0.8", _at_least(0.8)))
+    rows += [
+        ("1,000 partitions: round-robin ÷ default (sticky) partitioner, broker CPU/GB",
+         _ratio(get("partitions", "1000 partitions round-robin", "broker_cpu_s_per_gb"),
+                get("partitions", "1000 partitions default", "broker_cpu_s_per_gb")),
+         "<= 1.5", _at_most(1.5)),
+        ("end-to-end p99 at 5,000 msg/s of 1 KB, acks=1, ms (on a quiet machine)",
+         get("latency", "5000 msg/s", "p99_ms"), "<= 2", _at_most(2)),
+        ("broker's share of that p99 (its own p99 ÷ end-to-end p99)",
+         get("latency", "5000 msg/s", "broker_p99_share"), "shown", None),
+        ("start-up to accepting connections, ms",
+         get("startup", "startup", "announced_ms"), "<= 150", _at_most(150)),
+        (STOP_TARGET, get("stop", "10000 partitions", "stop_s"), "<= 2", _at_most(2)),
+        ("idle RSS, MB", get("idle", "idle", "rss_mb"), "<= 40", _at_most(40)),
+    ]
+    return rows
+
+
+def _produce_case(document: dict[str, Any], value_bytes: int, acks: str,
+                  small: bool) -> Case | None:
+    """The one-producer produce case of that size and acks, with small or default batches."""
+    return next((c for c in cases(document, "produce")
+                 if "error" not in c and c.get("value_bytes") == value_bytes
+                 and c.get("acks") == acks and c.get("producers") == 1
+                 and (c.get("batch_size") is not None) == small), None)
+
+
+def _requests_pair(document: dict[str, Any], api: str) -> tuple[Case | None, Case | None]:
+    """The `requests` workload's (small, large) cases of `api` ("produce" or "fetch")."""
+    measured = [c for c in cases(document, "requests")
+                if str(c.get("api", "")).lower() == api and "error" not in c]
+    small = next((c for c in measured if c.get("request_bytes") is not None), None)
+    large = next((c for c in measured if c.get("request_bytes") is None), None)
+    return small, large
 
 
 # --- Text ----------------------------------------------------------------------------------
@@ -119,14 +236,23 @@ COLUMNS: dict[str, Sequence[tuple[str, str, int]]] = {
     "produce": [("msg/s", "messages_per_s", 0), ("MB/s", "mb_per_s", 1),
                 ("broker CPU s/GB", "broker_cpu_s_per_gb", 2),
                 ("broker CPU %", "broker_cpu_percent", 0),
+                ("requests", "requests", 0), ("CPU µs/request", "broker_cpu_us_per_request", 0),
                 ("broker peak RSS MB", "broker_peak_rss_mb", 0),
                 ("client CPU %", "client_cpu_percent", 0), ("limit", "limit", 0)],
     "consume": [("msg/s", "messages_per_s", 0), ("MB/s", "mb_per_s", 1),
                 ("broker CPU s/GB", "broker_cpu_s_per_gb", 2),
                 ("broker CPU %", "broker_cpu_percent", 0),
+                ("requests", "requests", 0), ("CPU µs/request", "broker_cpu_us_per_request", 0),
                 ("client CPU %", "client_cpu_percent", 0), ("limit", "limit", 0)],
+    "requests": [("messages", "messages", 0), ("MB/s", "mb_per_s", 1),
+                 ("requests", "requests", 0), ("requests/GB", "requests_per_gb", 0),
+                 ("broker CPU s/GB", "broker_cpu_s_per_gb", 2),
+                 ("CPU µs/request", "broker_cpu_us_per_request", 0),
+                 ("overhead µs/request", "overhead_us_per_request", 1), ("limit", "limit", 0)],
     "latency": [("achieved msg/s", "achieved_rate_per_s", 0), ("p50 ms", "p50_ms", 2),
                 ("p99 ms", "p99_ms", 2), ("p99.9 ms", "p999_ms", 2), ("max ms", "max_ms", 2),
+                ("broker p50 ms", "broker_p50_ms", 2), ("broker p99 ms", "broker_p99_ms", 2),
+                ("broker share of p99", "broker_p99_share", 2),
                 ("broker CPU %", "broker_cpu_percent", 0),
                 ("client CPU %", "client_cpu_percent", 0)],
     "partitions": [("create s", "create_s", 2), ("MB/s", "mb_per_s", 1),
@@ -134,6 +260,10 @@ COLUMNS: dict[str, Sequence[tuple[str, str, int]]] = {
                    ("RSS before MB", "rss_before_mb", 0),
                    ("peak RSS MB", "broker_peak_rss_mb", 0),
                    ("broker CPU s/GB", "broker_cpu_s_per_gb", 2), ("limit", "limit", 0)],
+    "stop": [("create s", "create_s", 2), ("messages", "messages", 0),
+             ("written to", "partitions_written", 0), ("RSS MB", "rss_before_stop_mb", 0),
+             ("stop s", "stop_s", 2), ("ms/partition", "stop_ms_per_partition", 2),
+             ("exit code", "exit_code", 0)],
     "rebalance": [("runs", "runs", 0), ("join s med", "rebalance_s_median", 2),
                   ("max", "rebalance_s_max", 2),
                   ("new assigned s", "new_member_assigned_s_median", 2),
@@ -164,9 +294,14 @@ def render(document: dict[str, Any]) -> str:
             lines += table(["case", *(h for h, _, _ in columns)], rows)
         lines += notes
     lines += ["", "targets:"]
-    rows = [[t["target"], t["goal"], _fmt(t["measured"], 2), _verdict(t)]
-            for t in document.get("targets", [])]
-    lines += table(["target", "goal", "measured", ""], rows)
+    every = document.get("targets", [])
+    # Grouped by issue, in order; a document saved before targets had issues is one group.
+    for issue in dict.fromkeys(t.get("issue") for t in every):
+        if issue is not None:
+            lines.append(f"  issue {issue}:")
+        rows = [[t["target"], t["goal"], _fmt(t["measured"], 2), _verdict(t)]
+                for t in every if t.get("issue") == issue]
+        lines += table(["target", "goal", "measured", ""], rows)
     return "\n".join(lines)
 
 
@@ -305,6 +440,8 @@ def _plot_summary(document: dict[str, Any], ax: Any) -> None:
     lines = []
     for t in document.get("targets", []):
         mark = _verdict(t) or "-"
-        lines.append(f"{mark:>6}  {_fmt(t['measured'], 2):>8}  {t['goal']:<9} {t['target']}")
+        issue = f"#{t['issue']}" if "issue" in t else ""
+        lines.append(f"{mark:>6}  {_fmt(t['measured'], 2):>8}  {t['goal']:<9} {issue:>3} "
+                     f"{t['target']}")
     ax.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=7,
             transform=ax.transAxes, wrap=True)

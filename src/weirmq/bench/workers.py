@@ -92,6 +92,11 @@ class ConsumeSpec:
     config: dict[str, Any] = field(default_factory=dict)
     latency: bool = False  # poll one message at a time and time each from its stamp
     warmup_s: float = 0.0  # latency: leave out messages sent this soon after `go`
+    # Assign the partitions only at `go`: librdkafka starts fetching as soon as a partition
+    # is assigned, so a reader assigned earlier fetches before the window opens, and the
+    # bytes it counts no longer match the broker's CPU and requests in the window. (Pausing
+    # until `go` instead stalled the read for a second now and then after the resume.)
+    assign_at_go: bool = False
 
 
 def produce_worker(name: str, spec: ProduceSpec, reports: Any, go: Any) -> None:
@@ -185,11 +190,15 @@ def _consume(name: str, spec: ConsumeSpec, reports: Any, go: Any) -> None:
         "enable.auto.commit": False, "enable.auto.offset.store": False, **spec.config,
     })
     consumer.list_topics(spec.topic, timeout=30)
-    consumer.assign([TopicPartition(spec.topic, p, 0) for p in spec.partitions])
+    assignment = [TopicPartition(spec.topic, p, 0) for p in spec.partitions]
+    if not spec.assign_at_go:
+        consumer.assign(assignment)
     reports.put(("ready", name))
     if not go.wait(READY_TIMEOUT_S * 2):
         raise TimeoutError("never told to go")
     cpu_start, start = _cpu_s(), time.perf_counter()
+    if spec.assign_at_go:
+        consumer.assign(assignment)
     if spec.latency:
         figures = _read_stamped(consumer, spec, time.monotonic_ns())
     else:

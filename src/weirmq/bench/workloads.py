@@ -12,6 +12,20 @@ a new topic, deleted afterwards.
 
 Units: MB = 10**6 bytes, GB = 10**9 bytes, of message values (keys are null and headers
 absent, as in ``kafka-producer-perf-test``). Times are wall clock.
+
+Requests: with our own broker, the produce cases and every catch-up read also count the
+Produce or Fetch requests the broker answered in their window (from the broker's metrics;
+`target` says why the idle and partitions windows do not read them), and divide the
+window's broker CPU by them. The ``requests`` workload turns
+that into issue 17's per-request overhead: the same data moved once in small requests and
+once in large ones, so the difference in CPU per GB divided by the difference in requests
+per GB is what one more request costs beyond its bytes:
+
+    overhead per request = (CPU s/GB small - CPU s/GB large)
+                           / (requests/GB small - requests/GB large)
+
+Both halves come from the broker's own counts over the same windows, so neither the
+client's batching decisions nor a guess at the request size enter the figure.
 """
 
 from __future__ import annotations
@@ -27,8 +41,15 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from weirmq.bench import rebalance
-from weirmq.bench.target import BrokerProcess, ExternalBroker, Target, process_rss_bytes
+from weirmq.bench import rebalance, report
+from weirmq.bench.target import (
+    BrokerProcess,
+    ExternalBroker,
+    Target,
+    Window,
+    histogram_quantile,
+    process_rss_bytes,
+)
 from weirmq.bench.workers import (
     ConsumeSpec,
     ProduceSpec,
@@ -38,6 +59,16 @@ from weirmq.bench.workers import (
 )
 
 KB = 1024
+# Issue 17's small requests: 60 KB batches, what latency-minded producers, many-partition
+# workloads and per-message protocols (AMQP publishes, SQS sends) look like to a broker.
+SMALL_REQUEST_BYTES = 60_000
+SMALL_BATCH = {"batch.size": SMALL_REQUEST_BYTES}
+# librdkafka refuses a fetch.max.bytes below message.max.bytes (1 MB by default), which for
+# a consumer bounds only the requests it sends: small ones, so lowering it changes nothing.
+SMALL_FETCH = {"max.partition.fetch.bytes": SMALL_REQUEST_BYTES,
+               "fetch.max.bytes": SMALL_REQUEST_BYTES, "message.max.bytes": SMALL_REQUEST_BYTES}
+LATENCY_METRIC = "weirmq_request_latency_seconds"
+STOP_WAIT_S = 300.0  # a stop slower than this is killed and recorded as a failure
 
 
 @dataclass
@@ -116,12 +147,31 @@ def _percent(cpu_s: float | None, seconds: float) -> float | None:
     return None if cpu_s is None or seconds <= 0 else 100 * cpu_s / seconds
 
 
+def _per_request_us(cpu_s: float | None, requests: int | None) -> float | None:
+    return None if cpu_s is None or not requests else cpu_s * 1e6 / requests
+
+
+def _request_figures(window: Window, api: str, gb: float) -> dict[str, Any]:
+    """The `api` requests the broker answered in `window`, per GB and per CPU µs."""
+    requests = window.requests(api)
+    return {
+        "requests": requests,
+        "requests_per_gb": None if requests is None or not gb else requests / gb,
+        "broker_cpu_us_per_request": _per_request_us(window.cpu_s, requests),
+    }
+
+
 def measure_produce(run: Run, target: Target, topic: str, value_bytes: int, producers: int,
-                    duration_s: float, config: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    """`producers` processes produce to `topic` together; the figures of the whole."""
+                    duration_s: float, config: dict[str, Any], count_requests: bool = False,
+                    **spec: Any) -> dict[str, Any]:
+    """`producers` processes produce to `topic` together; the figures of the whole.
+
+    With `count_requests`, the window reads the broker's metrics for its Produce requests
+    (see `target` for why that is not the default).
+    """
     specs = [ProduceSpec(target.bootstrap, topic, value_bytes, duration_s, config, **spec)
              for _ in range(producers)]
-    window = target.window()
+    window = target.window(metrics=count_requests)
     results = run_clients([(produce_worker, s) for s in specs], window,
                           timeout_s=duration_s + 120, check_alive=target.check_alive)
     for r in results:
@@ -140,9 +190,41 @@ def measure_produce(run: Run, target: Target, topic: str, value_bytes: int, prod
         "mb_per_s": gb * 1e3 / seconds,
         "broker_cpu_s_per_gb": None if window.cpu_s is None or not gb else window.cpu_s / gb,
         **broker,
+        **_request_figures(window, "Produce", gb),
         "client_cpu_percent": clients,
         "partitions_touched": max(r["partitions_touched"] for r in results),
         "limit": limit(broker["broker_cpu_percent"], clients, run.cores),
+    }
+
+
+def measure_catch_up(run: Run, target: Target, topic: str, messages: int,
+                     config: dict[str, Any]) -> dict[str, Any]:
+    """One consumer process reads `messages` from offset 0 of `topic`'s partition 0.
+
+    The consumer is assigned its partition only when the window opens: assigned earlier,
+    librdkafka fetches at once, up to 100,000 messages or 64 MB while the window is being
+    opened (a scrape of the broker's metrics takes a fifth of a second), and those bytes
+    would be counted without the broker CPU or the requests that served them.
+    """
+    spec = ConsumeSpec(target.bootstrap, topic, (0,), messages, timeout_s=300,
+                       config={**CATCH_UP_CONFIG, **config}, assign_at_go=True)
+    window = target.window(metrics=True)
+    [result] = run_clients([(consume_worker, spec)], window, 360, target.check_alive)
+    if result["received"] != messages or result["errors"]:
+        raise RuntimeError(f"read {result['received']} of {messages} messages, "
+                           f"{result['errors']} errors")
+    gb = result["value_bytes"] / 1e9
+    client = 100 * result["client_cpu_s"] / result["seconds"]
+    broker = window.figures()
+    return {
+        "messages": messages, "seconds": result["seconds"],
+        "messages_per_s": messages / result["seconds"],
+        "mb_per_s": gb * 1e3 / result["seconds"],
+        "broker_cpu_s_per_gb": None if window.cpu_s is None else window.cpu_s / gb,
+        **broker,
+        **_request_figures(window, "Fetch", gb),
+        "client_cpu_percent": [client],
+        "limit": limit(broker["broker_cpu_percent"], [client], run.cores),
     }
 
 
@@ -155,6 +237,18 @@ def _case(run: Run, name: str, body: Callable[[], dict[str, Any]]) -> dict[str, 
         run.log(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
         return {"name": name, "error": f"{type(exc).__name__}: {exc}"}
     return {"name": name, **figures}
+
+
+def _cases(run: Run, names: list[str], body: Callable[[], list[dict[str, Any]]]
+           ) -> list[dict[str, Any]]:
+    """Several cases measured in one go (on one broker); a failure fails each of them."""
+    run.log(f"  {', '.join(names)} ...")
+    try:
+        results = body()
+    except Exception as exc:
+        run.log(f"  {names[0]} and the rest: FAILED: {type(exc).__name__}: {exc}")
+        return [{"name": name, "error": f"{type(exc).__name__}: {exc}"} for name in names]
+    return [{"name": name, **figures} for name, figures in zip(names, results, strict=True)]
 
 
 def _size_name(value_bytes: int) -> str:
@@ -222,32 +316,56 @@ def idle(run: Run) -> dict[str, Any]:
     }
 
 
+def produce_plan(quick: bool) -> list[tuple[int, str, int, int | None]]:
+    """(value bytes, acks, producers, batch.size or None for librdkafka's 1 MB) per case.
+
+    Issue 17's small-batch cases (one producer, 1 KB and 16 KB) follow each size's default
+    cases, so the two sit side by side in the table.
+    """
+    sizes = [KB] if quick else [100, KB, 16 * KB]
+    plan: list[tuple[int, str, int, int | None]] = []
+    for value_bytes in sizes:
+        plan += [(value_bytes, acks, producers, None)
+                 for acks in ("1", "all") for producers in (1, 2)]
+        if value_bytes >= KB:
+            plan += [(value_bytes, acks, 1, SMALL_REQUEST_BYTES) for acks in ("1", "all")]
+    return plan
+
+
+def produce_case_name(value_bytes: int, acks: str, producers: int,
+                      batch_bytes: int | None) -> str:
+    batch = "" if batch_bytes is None else f" batch={batch_bytes}"
+    return f"{_size_name(value_bytes)} acks={acks}{batch} x{producers}"
+
+
 def produce(run: Run) -> dict[str, Any]:
-    """Throughput of 1 and 2 producer processes, by message size and acks."""
-    sizes = [KB] if run.quick else [100, KB, 16 * KB]
+    """Throughput of 1 and 2 producer processes, by message size, acks and batch size."""
+    plan = produce_plan(run.quick)
     duration_s = 1.5 if run.quick else 5.0
     cases = []
-    for value_bytes in sizes:
-        for acks in ("1", "all"):
-            for producers in (1, 2):
-                name = f"{_size_name(value_bytes)} acks={acks} x{producers}"
+    for value_bytes, acks, producers, batch_bytes in plan:
 
-                def body(value_bytes: int = value_bytes, acks: str = acks,
-                         producers: int = producers) -> dict[str, Any]:
-                    with run.broker() as target:
-                        topic, _ = create_topic(target, 1, "produce")
-                        figures = measure_produce(run, target, topic, value_bytes, producers,
-                                                  duration_s, {"acks": acks})
-                        delete_topic(target, topic)
-                    return {"value_bytes": value_bytes, "acks": acks, "producers": producers,
-                            **figures}
+        def body(value_bytes: int = value_bytes, acks: str = acks, producers: int = producers,
+                 batch_bytes: int | None = batch_bytes) -> dict[str, Any]:
+            config = {"acks": acks, **({} if batch_bytes is None else SMALL_BATCH)}
+            with run.broker() as target:
+                topic, _ = create_topic(target, 1, "produce")
+                figures = measure_produce(run, target, topic, value_bytes, producers,
+                                          duration_s, config, count_requests=True)
+                delete_topic(target, topic)
+            return {"value_bytes": value_bytes, "acks": acks, "producers": producers,
+                    "batch_size": batch_bytes, **figures}
 
-                cases.append(_case(run, name, body))
+        name = produce_case_name(value_bytes, acks, producers, batch_bytes)
+        cases.append(_case(run, name, body))
     return {
         "description": "producers as fast as they can for a fixed time, one topic of one "
                        "partition, librdkafka's default batching (linger.ms 5, batch.size "
-                       "1 MB, no compression), null keys",
-        "params": {"sizes": sizes, "duration_s": duration_s},
+                       f"1 MB, no compression), null keys; 'batch={SMALL_REQUEST_BYTES}' "
+                       f"cases set batch.size={SMALL_REQUEST_BYTES}. 'requests': Produce "
+                       "requests the broker answered in the window",
+        "params": {"cases": [list(c) for c in plan], "duration_s": duration_s,
+                   "small_batch_bytes": SMALL_REQUEST_BYTES},
         "cases": cases,
     }
 
@@ -270,27 +388,9 @@ def consume(run: Run) -> dict[str, Any]:
                 topic, _ = create_topic(target, 1, "consume")
                 measure_produce(run, target, topic, value_bytes, 1, 600.0, {},
                                 max_messages=messages)
-                spec = ConsumeSpec(target.bootstrap, topic, (0,), messages, timeout_s=300,
-                                   config=CATCH_UP_CONFIG)
-                window = target.window()
-                [result] = run_clients([(consume_worker, spec)], window, 360,
-                                       target.check_alive)
+                figures = measure_catch_up(run, target, topic, messages, {})
                 delete_topic(target, topic)
-            if result["received"] != messages or result["errors"]:
-                raise RuntimeError(f"read {result['received']} of {messages} messages, "
-                                   f"{result['errors']} errors")
-            gb = result["value_bytes"] / 1e9
-            client = 100 * result["client_cpu_s"] / result["seconds"]
-            broker = window.figures()
-            return {
-                "value_bytes": value_bytes, "messages": messages, "seconds": result["seconds"],
-                "messages_per_s": messages / result["seconds"],
-                "mb_per_s": gb * 1e3 / result["seconds"],
-                "broker_cpu_s_per_gb": None if window.cpu_s is None else window.cpu_s / gb,
-                **broker,
-                "client_cpu_percent": [client],
-                "limit": limit(broker["broker_cpu_percent"], [client], run.cores),
-            }
+            return {"value_bytes": value_bytes, **figures}
 
         cases.append(_case(run, f"{_size_name(value_bytes)} x{messages}", body))
     return {
@@ -300,6 +400,85 @@ def consume(run: Run) -> dict[str, Any]:
         "params": {"messages": {str(k): v for k, v in amounts.items()},
                    "consumer_config": CATCH_UP_CONFIG},
         "cases": cases,
+    }
+
+
+def _produce_fixed(run: Run, target: Target, topic: str, messages: int,
+                   config: dict[str, Any]) -> dict[str, Any]:
+    figures = measure_produce(run, target, topic, KB, 1, 600.0, config, count_requests=True,
+                              max_messages=messages)
+    if figures["messages"] != messages:
+        raise RuntimeError(f"delivered {figures['messages']} of {messages} messages")
+    return {"api": "Produce", "value_bytes": KB, **figures}
+
+
+def requests(run: Run) -> dict[str, Any]:
+    """Issue 17's per-request overhead: one amount of data in small and in large requests.
+
+    Produce: `messages` of 1 KB with batch.size=60000 and again with librdkafka's default
+    1 MB batches, each on a fresh broker. Fetch: what the small batches wrote, read from
+    offset 0 with fetch limits of 60000 and with the defaults (1 MB per partition), on the
+    same broker: a fetch returns whole batches, so 1 MB batches would make both reads the
+    same size. The module docstring has the arithmetic.
+    """
+    messages = 100_000 if run.quick else 300_000
+    acks = {"acks": "1"}  # acks=all would add fsyncs, which the produce cases measure
+    names = [f"produce batch.size={SMALL_REQUEST_BYTES}", "produce default (1 MB)",
+             f"fetch fetch.max.bytes={SMALL_REQUEST_BYTES}", "fetch default (1 MB)"]
+
+    def produce_large() -> dict[str, Any]:
+        with run.broker() as target:
+            topic, _ = create_topic(target, 1, "requests")
+            figures = _produce_fixed(run, target, topic, messages, acks)
+            delete_topic(target, topic)
+        return {"request_bytes": None, **figures}
+
+    def small_then_fetches() -> list[dict[str, Any]]:
+        with run.broker() as target:
+            topic, _ = create_topic(target, 1, "requests")
+            produced = _produce_fixed(run, target, topic, messages, {**acks, **SMALL_BATCH})
+            fetched = [{"api": "Fetch", "value_bytes": KB, "request_bytes": request_bytes,
+                        **measure_catch_up(run, target, topic, messages, config)}
+                       for request_bytes, config in ((SMALL_REQUEST_BYTES, SMALL_FETCH),
+                                                     (None, {}))]
+            delete_topic(target, topic)
+        return [{"request_bytes": SMALL_REQUEST_BYTES, **produced}, *fetched]
+
+    small_produce, small_fetch, large_fetch = _cases(run, [names[0], *names[2:]],
+                                                     small_then_fetches)
+    large_produce = _case(run, names[1], produce_large)
+    for small, large in ((small_produce, large_produce), (small_fetch, large_fetch)):
+        if "error" not in small:
+            small["overhead_us_per_request"] = report.per_request_overhead_us(small, large)
+    return {
+        "description": f"{messages:,} messages of 1 KB produced (acks=1) in {SMALL_REQUEST_BYTES}"
+                       "-byte batches and in librdkafka's default 1 MB ones, each on a fresh "
+                       f"broker; then the {SMALL_REQUEST_BYTES}-byte batches read from offset 0 "
+                       f"with fetch limits of {SMALL_REQUEST_BYTES} and with the defaults. "
+                       "'overhead': broker CPU per request beyond the per-byte cost",
+        "params": {"messages": messages, "value_bytes": KB,
+                   "small_request_bytes": SMALL_REQUEST_BYTES, "producer_config": acks,
+                   "small_fetch_config": SMALL_FETCH, "consumer_config": CATCH_UP_CONFIG},
+        "cases": [small_produce, large_produce, small_fetch, large_fetch],
+    }
+
+
+def broker_latency(window: Window, e2e_p99_ms: float) -> dict[str, Any]:
+    """The broker's own latency histogram over `window`: its p50 and p99, and its share.
+
+    The histogram counts every Kafka request answered in the window, from its frame read
+    to its response written: the producer's Produce requests and the consumer's Fetches.
+    Without the histogram (an external broker, or one that does not export it) every
+    figure is None.
+    """
+    buckets = window.histogram(LATENCY_METRIC, protocol="kafka")
+    p50, p99 = (histogram_quantile(q, buckets) for q in (0.5, 0.99))
+    p99_ms = None if p99 is None else p99 * 1000
+    return {
+        "broker_requests": None if buckets is None else round(buckets[-1][1]),
+        "broker_p50_ms": None if p50 is None else p50 * 1000,
+        "broker_p99_ms": p99_ms,
+        "broker_p99_share": None if p99_ms is None or not e2e_p99_ms else p99_ms / e2e_p99_ms,
     }
 
 
@@ -322,7 +501,7 @@ def latency(run: Run) -> dict[str, Any]:
                 producer = ProduceSpec(target.bootstrap, topic, KB, duration_s + 10,
                                        producer_config, rate_per_s=rate,
                                        max_messages=messages, stamp=True)
-                window = target.window()
+                window = target.window(metrics=True)
                 got, sent = run_clients([(consume_worker, consumer), (produce_worker, producer)],
                                         window, duration_s + 60, target.check_alive)
                 delete_topic(target, topic)
@@ -336,6 +515,7 @@ def latency(run: Run) -> dict[str, Any]:
                 "achieved_rate_per_s": messages / sent["seconds"],
                 **{k: got[k] for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms",
                                        "mean_ms", "measured")},
+                **broker_latency(window, got["p99_ms"]),
                 **broker,
                 "client_cpu_percent": clients,
                 "limit": limit(broker["broker_cpu_percent"], clients, run.cores),
@@ -346,44 +526,102 @@ def latency(run: Run) -> dict[str, Any]:
         "description": f"1 KB messages at a fixed rate for {duration_s:.0f} s, acks=1, "
                        "linger.ms=1; one consumer process polling; send (just before "
                        "produce()) to receipt (poll() returns), the first "
-                       f"{warmup_s:.0f} s left out",
+                       f"{warmup_s:.0f} s left out; 'broker': the broker's own histogram "
+                       "of request latency (frame read to response written) over the "
+                       "window's requests",
         "params": {"rates": rates, "duration_s": duration_s, "warmup_s": warmup_s,
                    "producer_config": producer_config},
         "cases": cases,
     }
 
 
+def partitions_plan(quick: bool) -> list[tuple[str, int]]:
+    """(mode, partitions) per case. Quick keeps what the targets compare: 10 and 1,000
+    partitions in the default mode (issue 6), and both modes at 1,000 (issue 17)."""
+    if quick:
+        return [("default", 1), ("default", 10), ("default", 1000), ("round-robin", 1000)]
+    return [(mode, count) for mode in ("default", "round-robin")
+            for count in (1, 10, 100, 1000, 10000)]
+
+
 def partitions(run: Run) -> dict[str, Any]:
     """The same produce load over more and more partitions: throughput and memory."""
-    counts = [1, 10, 100, 1000] if run.quick else [1, 10, 100, 1000, 10000]
-    modes = ["default"] if run.quick else ["default", "round-robin"]
+    plan = partitions_plan(run.quick)
     duration_s = 1.5 if run.quick else 5.0
     cases = []
-    for mode in modes:
-        for count in counts:
+    for mode, count in plan:
 
-            def body(count: int = count, mode: str = mode) -> dict[str, Any]:
-                with run.broker() as target:
-                    topic, create_s = create_topic(target, count, "partitions")
-                    time.sleep(0.5)
-                    idle_rss = None if target.pid is None else process_rss_bytes(target.pid)
-                    spread = {"round_robin_partitions": count} if mode == "round-robin" else {}
-                    figures = measure_produce(run, target, topic, KB, 1, duration_s, {},
-                                              count_partitions=True, **spread)
-                    delete_topic(target, topic)
-                return {"partitions": count, "mode": mode, "create_s": create_s,
-                        "rss_before_mb": None if idle_rss is None else idle_rss / 1e6,
-                        **figures}
+        def body(count: int = count, mode: str = mode) -> dict[str, Any]:
+            with run.broker() as target:
+                topic, create_s = create_topic(target, count, "partitions")
+                time.sleep(0.5)
+                idle_rss = None if target.pid is None else process_rss_bytes(target.pid)
+                spread = count if mode == "round-robin" else None
+                figures = measure_produce(run, target, topic, KB, 1, duration_s, {},
+                                          count_partitions=True, round_robin_partitions=spread)
+                delete_topic(target, topic)
+            return {"partitions": count, "mode": mode, "create_s": create_s,
+                    "rss_before_mb": None if idle_rss is None else idle_rss / 1e6,
+                    **figures}
 
-            cases.append(_case(run, f"{count} partitions {mode}", body))
+        cases.append(_case(run, f"{count} partitions {mode}", body))
     return {
         "description": "one producer process, 1 KB messages, librdkafka defaults, for "
                        f"{duration_s:.0f} s into a topic of N partitions. 'default' leaves "
                        "the partition to librdkafka (null keys: the sticky partitioner, as "
                        "kafka-producer-perf-test does); 'round-robin' sends message i to "
                        "partition i % N, so every partition gets small batches",
-        "params": {"counts": counts, "modes": modes, "duration_s": duration_s},
+        "params": {"cases": [list(c) for c in plan], "duration_s": duration_s},
         "cases": cases,
+    }
+
+
+def stop(run: Run) -> dict[str, Any]:
+    """A clean stop with many partitions, each holding an idempotent producer's state.
+
+    The producer writes a few messages to every partition in turn, so the broker has
+    producer state (and, if it keeps them, snapshots to write) for each. Then SIGTERM, and
+    the time until the process has exited. A slow stop is waited for, up to `STOP_WAIT_S`;
+    only past that is the broker killed, and the case fails rather than report a time.
+    """
+    count = 1000 if run.quick else 10_000
+    per_partition = 3
+    value_bytes = 100
+    config = {"enable.idempotence": True, "acks": "all"}
+    if run.bootstrap is not None:
+        return {"description": "not measured: the broker is external", "params": {},
+                "cases": []}
+
+    def body() -> dict[str, Any]:
+        broker = BrokerProcess(run.work)
+        try:
+            topic, create_s = create_topic(broker, count, "stop")
+            figures = measure_produce(run, broker, topic, value_bytes, 1, 300.0, config,
+                                      max_messages=count * per_partition,
+                                      round_robin_partitions=count, count_partitions=True)
+            if figures["partitions_touched"] != count:
+                raise RuntimeError(f"wrote to {figures['partitions_touched']} of {count} "
+                                   "partitions")
+            rss = None if broker.pid is None else process_rss_bytes(broker.pid)
+            stop_s, exit_code = broker.stop_timed(STOP_WAIT_S)
+        finally:
+            broker.stop()
+        if exit_code is None:
+            raise RuntimeError(f"still running {stop_s:.0f} s after SIGTERM: killed")
+        return {"partitions": count, "messages": figures["messages"],
+                "partitions_written": figures["partitions_touched"], "create_s": create_s,
+                "rss_before_stop_mb": None if rss is None else rss / 1e6,
+                "stop_s": stop_s, "stop_ms_per_partition": stop_s * 1000 / count,
+                "exit_code": exit_code}
+
+    return {
+        "description": f"a topic of {count:,} partitions; an idempotent producer (acks=all) "
+                       f"writes {per_partition} messages of {value_bytes} B to each in turn; "
+                       "then SIGTERM, timed until the broker process has exited",
+        "params": {"partitions": count, "messages_per_partition": per_partition,
+                   "value_bytes": value_bytes, "producer_config": config,
+                   "wait_s": STOP_WAIT_S},
+        "cases": [_case(run, f"{count} partitions", body)],
     }
 
 
@@ -424,7 +662,9 @@ WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "idle": idle,
     "produce": produce,
     "consume": consume,
+    "requests": requests,
     "latency": latency,
     "partitions": partitions,
+    "stop": stop,
     "rebalance": rebalances,
 }
