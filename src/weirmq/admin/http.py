@@ -39,6 +39,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
+from collections.abc import Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -96,8 +98,10 @@ class AdminService:
             raise RuntimeError("the admin API has not started")
         return self._address
 
-    async def start(self, broker: Broker) -> str:
-        """Bind and serve; returns the line announcing where."""
+    async def start(self, broker: Broker, sockets: Sequence[socket.socket] = ()) -> str:
+        """Bind ``settings.admin_listen`` and serve, or serve on `sockets` when given (bound
+        and listening already: see `weirmq.admin.deferred`); returns the line announcing
+        where."""
         if self.settings.admin_listen is None:
             raise ValueError("admin_listen is off; there is nothing to start")
         host, port = parse_host_port(self.settings.admin_listen)
@@ -108,7 +112,11 @@ class AdminService:
             shutdown_timeout=self.settings.shutdown_timeout_ms / 1000,
         )
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        if sockets:
+            for sock in sockets:
+                await web.SockSite(self._runner, sock).start()
+        else:
+            await web.TCPSite(self._runner, host, port).start()
         bound = self._runner.addresses[0]
         self._address = (str(bound[0]), int(bound[1]))
         url = f"http://{views.format_address(*self._address)}"

@@ -9,17 +9,15 @@ with a message naming it and exit code 2, like any other usage error.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from weirmq import __version__
 from weirmq.cli.lazy import add_client_commands
-from weirmq.settings import Settings, SettingsError, load_settings
+from weirmq.settings import SettingsError, load_settings
 
 USAGE_EXIT_CODE = 2
 STARTUP_FAILED_EXIT_CODE = 1
@@ -88,6 +86,7 @@ def serve(
         click.echo(f"weirmq serve: {exc}", err=True)
         sys.exit(USAGE_EXIT_CODE)
     _skip_test_only_imports()
+    from weirmq.admin.deferred import DeferredAdminService
     from weirmq.server.run import serve as run_broker
     from weirmq.server.run import tune_malloc
     from weirmq.storage.lock import DataDirLockedError
@@ -98,7 +97,9 @@ def serve(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     tune_malloc()
-    services = [] if settings.admin_listen is None else [_DeferredAdmin(settings)]
+    # The admin port opens now; aiohttp and prometheus_client load on its first connection
+    # (see weirmq/admin/deferred.py), so a broker nobody asks over HTTP never pays for them.
+    services = [] if settings.admin_listen is None else [DeferredAdminService(settings)]
     try:
         asyncio.run(run_broker(settings, services=services))
     except (OSError, DataDirLockedError) as exc:
@@ -108,28 +109,6 @@ def serve(
         sys.exit(STARTUP_FAILED_EXIT_CODE)
     except KeyboardInterrupt:  # a second Ctrl-C during the orderly stop
         sys.exit(130)
-
-
-class _DeferredAdmin:
-    """The HTTP admin service, imported only once the Kafka listener is up.
-
-    aiohttp and prometheus_client take ~300 ms to import here; importing them on a worker
-    thread after the Kafka port is announced keeps them out of the start-up time, and the
-    loop keeps serving Kafka clients meanwhile."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.service: Any = None
-
-    async def start(self, broker: Any) -> str | None:
-        module = await asyncio.to_thread(importlib.import_module, "weirmq.admin.http")
-        self.service = module.AdminService(self.settings)
-        line: str | None = await self.service.start(broker)
-        return line
-
-    async def stop(self) -> None:
-        if self.service is not None:
-            await self.service.stop()
 
 
 def _skip_test_only_imports() -> None:

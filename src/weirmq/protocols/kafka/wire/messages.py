@@ -25,10 +25,19 @@ the versions that have it check the names in it, and nothing in it reaches the c
 The plan of each class (its fields, which are nested, which need conversion) is computed
 once and cached: building costs a subset check of the data's names against the class's own
 fields and a constructor call per object, ~5% more than without the check. Only data that
-names a field the class lacks (an older version, a mistake) looks further, at the union
-of every version's names; that union is computed once per API on that first need, since it
-loads every version's classes (13-60 ms per API measured), which the first request from a
-current client should not pay.
+names a field the class lacks (an older version, a mistake) looks further, at other
+versions' names: newest version first (handlers write what current versions have), one
+version at a time, stopping as soon as every name is found. A version's classes cost 1-5 ms
+to load, all of an API's 13-60 ms (measured); Metadata's handler writes a v13 field
+(`error_code`) and a v8-10 one (`cluster_authorized_operations`) on every version, so a
+first Metadata v12 answer loads v13, v11 and v10 besides its own, not all fourteen. Only a
+name that no version has loads them all (to say so, with the nearest name). The names found
+are kept, so later answers pay one subset check.
+
+kio itself (its index of classes, its readers and writers: ~15 ms of imports, measured) is
+imported on the first request, not when the broker starts: every client's first request
+(ApiVersions) pays it once.
+
 Hot responses (Produce, Fetch) get hand-written encoders in `wire.fast`, checked byte for
 byte against this path in tests; they do not check names (tests check what they read).
 """
@@ -39,22 +48,21 @@ import dataclasses
 import datetime
 import difflib
 import io
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from kio.index import KioIndexError, load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from .bounds import BoundsError, check_bounds
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _VERSION_PROBE_MAX = 20
-"""Versions 0..this of an API are asked of kio for the union of field names (kio 0.6.5 stops
-at Fetch v18); `_known_names_for` asserts the class being built is among them."""
+"""Versions 0..this of an API are asked of kio for other versions' field names (kio 0.6.5
+stops at Fetch v18); `_NamesSoFar` asserts the class being built is among them."""
 
 
 class DecodeError(Exception):
@@ -82,12 +90,30 @@ class UnknownFieldError(TypeError):
 
 @cache
 def request_class(api_key: int, version: int) -> type[Any]:
-    return load_request_schema(api_key, version)
+    return _load_class(EntityType.request, api_key, version)
 
 
 @cache
 def response_class(api_key: int, version: int) -> type[Any]:
-    return load_response_schema(api_key, version)
+    return _load_class(EntityType.response, api_key, version)
+
+
+def _load_class(kind: EntityType, api_key: int, version: int) -> type[Any]:
+    """kio's class; raises kio's `KioIndexError` for a version or API it does not have."""
+    from kio.index import load_request_schema, load_response_schema  # see the docstring
+
+    load = load_request_schema if kind is EntityType.request else load_response_schema
+    return load(api_key, version)
+
+
+def _has_class(kind: EntityType, api_key: int, version: int) -> bool:
+    from kio.index import KioIndexError
+
+    try:
+        _load_class(kind, api_key, version)
+    except KioIndexError:  # not a version kio has: they may start above 0
+        return False
+    return True
 
 
 def request_is_flexible(api_key: int, version: int) -> bool:
@@ -135,6 +161,8 @@ _PLANS: dict[type[Any], _Plan] = {}
 def _reader(cls: type[Any]) -> Callable[[Any, int], tuple[Any, int]]:
     reader = _READERS.get(cls)
     if reader is None:
+        from kio.serial import entity_reader  # see the module docstring
+
         reader = _READERS[cls] = entity_reader(cls)
     return reader
 
@@ -142,6 +170,8 @@ def _reader(cls: type[Any]) -> Callable[[Any, int], tuple[Any, int]]:
 def _writer(cls: type[Any]) -> Callable[[Any, Any], None]:
     writer = _WRITERS.get(cls)
     if writer is None:
+        from kio.serial import entity_writer
+
         writer = _WRITERS[cls] = entity_writer(cls)
     return writer
 
@@ -228,7 +258,7 @@ def _entity_of(hint: Any) -> tuple[type[Any] | None, type[Any] | None]:
     return None, None
 
 
-# --- the field names of every version --------------------------------------------------
+# --- the field names of other versions -------------------------------------------------
 
 
 def response_field_names(api_key: int) -> FieldNamesByPath:
@@ -256,31 +286,64 @@ def _names_by_path(classes: Sequence[type[Any]]) -> FieldNamesByPath:
     return types.MappingProxyType({path: frozenset(names) for path, names in known.items()})
 
 
-_LOADERS: dict[EntityType, Callable[[int, int], type[Any]]] = {
-    EntityType.request: load_request_schema,
-    EntityType.response: load_response_schema,
-}
-
-
 @cache
 def _versions(kind: EntityType, api_key: int) -> tuple[type[Any], ...]:
-    found = []
-    for version in range(_VERSION_PROBE_MAX + 1):
-        try:
-            found.append(_LOADERS[kind](api_key, version))
-        except KioIndexError:  # not a version kio has: they may start above 0
-            continue
-    return tuple(found)
+    return tuple(
+        _load_class(kind, api_key, version)
+        for version in range(_VERSION_PROBE_MAX + 1)
+        if _has_class(kind, api_key, version)
+    )
 
 
-def _known_names_for(cls: type[Any]) -> FieldNamesByPath:
-    """The names `build` accepts for `cls`: those of every version of its API for a request
-    or response class, those of `cls` itself for any other (a header, a nested entity)."""
-    kind = getattr(cls, "__type__", None)
-    if kind not in _LOADERS:
-        return _names_by_path((cls,))
-    assert cls in _versions(kind, cls.__api_key__), f"{cls.__qualname__}: version not probed"
-    return _field_names(kind, cls.__api_key__)
+class _NamesSoFar:
+    """The field names at each path of the versions of one class's API loaded so far.
+
+    Starts with the class's own names; `covers` loads further versions, newest first, only
+    while a name asked about is still missing. Newest first because handlers write what
+    current versions have: a field only newer versions have is found at once, one that
+    only older versions had (Metadata's `cluster_authorized_operations`, v8-10) after the
+    versions since it went. A header or an entity built on its own has no other versions."""
+
+    def __init__(self, root: type[Any]) -> None:
+        self.names: dict[FieldPath, set[str]] = {}
+        self._lock = threading.Lock()
+        self._add(root)
+        kind = getattr(root, "__type__", None)
+        self._pending: list[tuple[EntityType, int, int]] = []
+        if kind in (EntityType.request, EntityType.response):
+            version = root.__version__
+            assert 0 <= version <= _VERSION_PROBE_MAX, f"{root.__qualname__}: version not probed"
+            self._pending = [
+                (kind, root.__api_key__, v)
+                for v in range(_VERSION_PROBE_MAX, -1, -1)
+                if v != version
+            ]
+
+    def covers(self, path: FieldPath, wanted: set[str]) -> bool:
+        """Whether every name in `wanted` is a field at `path` in some version. When not,
+        every version has been loaded: `names` holds all their names."""
+        with self._lock:  # brokers on several threads (tests) may build the same class
+            while not wanted <= self.names.get(path, set()):
+                if not self._pending:
+                    return False
+                kind, api_key, version = self._pending.pop(0)
+                if _has_class(kind, api_key, version):
+                    self._add(_load_class(kind, api_key, version))
+            return True
+
+    def _add(self, cls: type[Any]) -> None:
+        for path, names in _names_by_path((cls,)).items():
+            self.names.setdefault(path, set()).update(names)
+
+
+_NAMES_SO_FAR: dict[type[Any], _NamesSoFar] = {}
+
+
+def _names_so_far(root: type[Any]) -> _NamesSoFar:
+    found = _NAMES_SO_FAR.get(root)
+    if found is None:
+        found = _NAMES_SO_FAR[root] = _NamesSoFar(root)
+    return found
 
 
 def _api_name(cls: type[Any]) -> str:
@@ -330,10 +393,12 @@ def _build(plan: _Plan, data: Mapping[str, Any]) -> Any:
 def _check_other_versions(plan: _Plan, data: Mapping[str, Any]) -> None:
     """`data` names fields `plan.cls` lacks: fine if another version has them there (they
     are dropped), else UnknownFieldError."""
-    known = _known_names_for(plan.root)[plan.path]
-    unknown = sorted(set(data) - known)
-    if not unknown:
+    so_far = _names_so_far(plan.root)
+    wanted = set(data)
+    if so_far.covers(plan.path, wanted):
         return
+    known = so_far.names.get(plan.path, set())  # every version's, now that all are loaded
+    unknown = sorted(wanted - known)
     error = UnknownFieldError(plan.where, plan.cls.__name__, plan.api, unknown)
     for name in unknown:
         close = difflib.get_close_matches(name, sorted(known), n=1)
