@@ -26,6 +26,10 @@ from weirmq.testing.records import make_batch, read_all
 SLOW_FLUSH = StorageSettings(flush_interval_ms=3_600_000)  # only explicit syncs flush
 
 
+def small_index(_topic: str) -> LogConfig:
+    return LogConfig(index_interval_bytes=64)  # an index entry from the second batch on
+
+
 def test_sync_resolves_once_durable(tmp_path: Path, clock: ManualClock) -> None:
     manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
     log = manager.create("orders", 0)
@@ -131,21 +135,21 @@ def test_the_flush_interval_flushes_without_being_asked(tmp_path: Path, clock: M
 def test_clean_restart_trusts_the_files(
     tmp_path: Path, clock: ManualClock, recovered: list[str]
 ) -> None:
-    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH, config_for=small_index)
     for p in range(3):
         log = manager.create("orders", p)
-        for _ in range(p + 1):
+        for _ in range(p + 2):  # two batches at least: an index entry in every segment
             log.append(make_batch(2))
     expected = {tp: read_all(lg) for tp, lg in manager.logs().items()}
     manager.close()
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     assert read_offsets(tmp_path / RECOVERY_POINT_FILE) == {
-        ("orders", 0): 2,
-        ("orders", 1): 4,
-        ("orders", 2): 6,
+        ("orders", 0): 4,
+        ("orders", 1): 6,
+        ("orders", 2): 8,
     }
     recovered.clear()
-    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH, config_for=small_index)
     assert recovered == []
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # a crash from here must recover
     assert {tp: read_all(lg) for tp, lg in again.logs().items()} == expected
@@ -266,3 +270,151 @@ def test_checkpoint_files_are_replaced_atomically(tmp_path: Path) -> None:
     write_offsets(path, {("a", 0): 2, ("b-x", 3): 4})
     assert read_offsets(path) == {("a", 0): 2, ("b-x", 3): 4}
     assert sorted(os.listdir(tmp_path)) == ["cp"]  # no temp file left behind
+
+
+# --- a clean close ----------------------------------------------------------------------
+
+
+def record_fsyncs(monkeypatch: pytest.MonkeyPatch, failing: str = "\0") -> list[str]:
+    """The paths the logs fsync from now on; those containing `failing` fail with EIO."""
+    from weirmq.storage import log as log_module
+
+    real = log_module._fsync_path
+    paths: list[str] = []
+    lock = threading.Lock()
+
+    def spy(path: str) -> None:
+        with lock:
+            paths.append(path)
+        if failing in path:
+            raise OSError(5, "Input/output error")
+        real(path)
+
+    monkeypatch.setattr(log_module, "_fsync_path", spy)
+    return paths
+
+
+def test_close_fsyncs_only_what_is_not_yet_durable(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    synced, written, idle = (manager.create("t", p) for p in range(3))
+    synced.append(make_batch(2))
+    written.append(make_batch(2))
+    manager.sync(synced).result(timeout=10)
+    idle.flush()  # its new directory: nothing left to make durable
+    fsyncs = record_fsyncs(monkeypatch)
+    manager.close()
+    # One small segment each: no index entries, so no index files either (see below).
+    assert fsyncs == [written.segments[-1].log_path, str(written.directory)]
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_a_small_active_segment_gets_no_index_files_and_is_reread_cheaply(
+    tmp_path: Path, clock: ManualClock, recovered: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    log = manager.create("t", 0)
+    log.append(make_batch(2, ts=5_000))
+    expected = read_all(log)
+    manager.close()
+    assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == ["00000000000000000000.log"]
+    recovered.clear()
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    revived = again.get("t", 0)
+    assert revived is not None and revived.flushed_offset == 2
+    assert recovered == [log.segments[-1].log_path]  # under one index interval: re-read
+    assert read_all(revived) == expected
+    assert revived.max_timestamp_offset() == log.max_timestamp_offset()
+    # Re-read, it is as durable as before: the next clean close has nothing to do.
+    fsyncs = record_fsyncs(monkeypatch)
+    again.close()
+    assert fsyncs == []
+    assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == ["00000000000000000000.log"]
+
+
+def test_index_entries_added_after_a_clean_start_are_fsynced_by_the_next_close(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A clean open marks the active segment's indexes synced; entries written after that
+    # must be fsynced again before the next clean-shutdown marker vouches for them.
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH, config_for=small_index)
+    log = manager.create("t", 0)
+    for _ in range(3):
+        log.append(make_batch(2))
+    manager.close()
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH, config_for=small_index)
+    log = again.get("t", 0)
+    assert log is not None and log.segments[-1].indexes_synced
+    for _ in range(3):
+        log.append(make_batch(2))
+    again.sync(log).result(timeout=10)  # writes the new index entries, fsyncs the log only
+    fsyncs = record_fsyncs(monkeypatch)
+    again.close()
+    segment = log.segments[-1]
+    assert sorted(fsyncs) == sorted([segment.index_path, segment.timeindex_path])
+
+
+def test_a_failed_fsync_at_close_leaves_no_marker(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    good, bad = manager.create("good", 0), manager.create("bad", 0)
+    good.append(make_batch(2))
+    bad.append(make_batch(2))
+    record_fsyncs(monkeypatch, failing="bad-0")
+    manager.close(state_files={"state": b"kept"})
+    assert bad.offline_reason is not None and good.offline_reason is None
+    assert good.flushed_offset == 2
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # the next open recovers
+    assert (tmp_path / "state").read_bytes() == b"kept"
+    assert read_offsets(tmp_path / RECOVERY_POINT_FILE) == {("good", 0): 2, ("bad", 0): 0}
+
+
+def test_close_writes_the_state_files_with_the_checkpoints(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    manager.create("t", 0).append(make_batch(3))
+    (tmp_path / "state.tmp").write_bytes(b"left by a crash while it was written")
+    manager.close(state_files={"state": b"snapshot"})
+    names = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
+    assert names == [CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POINT_FILE, "state"]
+    assert (tmp_path / "state").read_bytes() == b"snapshot"
+    assert read_offsets(tmp_path / RECOVERY_POINT_FILE) == {("t", 0): 3}
+
+
+def test_files_that_cannot_be_written_at_close_leave_no_marker(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, recovered: list[str]
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    manager.create("t", 0).append(make_batch(3))
+
+    def disk_full(directory: Path, files: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("weirmq.storage.manager.write_files_atomically", disk_full)
+    manager.close(state_files={"state": b"lost"})
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    recovered.clear()
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    revived = again.get("t", 0)
+    assert revived is not None and revived.log_end_offset == 3
+    assert recovered  # no marker: re-validated from the old recovery point
+    again.close()
+
+
+def test_a_crash_after_the_logs_are_flushed_for_close_recovers(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    manager = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    for p in range(20):
+        manager.create("t", p).append(make_batch(p + 1))
+    assert manager.flush_for_close()
+    manager.handles.close()  # the crash: no checkpoints, no marker
+    again = LogManager(tmp_path, clock=clock, settings=SLOW_FLUSH)
+    assert {tp: lg.log_end_offset for tp, lg in again.logs().items()} == {
+        ("t", p): p + 1 for p in range(20)
+    }
+    assert all(lg.offline_reason is None for lg in again.logs().values())
+    again.close()

@@ -19,9 +19,11 @@ group committer runs on its own thread; a writer awaits an asyncio future that t
 committer's callback settles through `call_soon_threadsafe` (`Partition.durable`), so a
 slow disk never stalls the loop.
 
-Producer state is snapshotted into each partition directory on a clean stop; on start the
-snapshot is restored and the log after it replayed (the whole log after a crash: only
-batch headers are read, and retention bounds how much there is).
+Producer state is snapshotted on a clean stop, every partition's in one file of the data
+directory (`partition.PRODUCER_STATE_FILE`), once the logs are durable and before the
+clean-shutdown marker. On start each partition restores its entry (or the per-partition
+file older versions wrote) and replays the log after it; without a usable snapshot it
+replays the whole log (only batch headers are read, and retention bounds how much there is).
 """
 
 from __future__ import annotations
@@ -54,7 +56,14 @@ from .group_service import (
     OffsetsLog,
     group_lag,
 )
-from .partition import LEADER_EPOCH, Partition, wait_any
+from .partition import (
+    LEADER_EPOCH,
+    PRODUCER_STATE_FILE,
+    Partition,
+    producer_state_file,
+    read_producer_snapshots,
+    wait_any,
+)
 from .stats import BrokerStats
 from .timers import LoopTimers
 from .topics import (
@@ -122,8 +131,9 @@ class Broker:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._adopt_orphans()
         self.producer_ids = ProducerIdAllocator(data_dir)
+        snapshots = read_producer_snapshots(data_dir, self._topic_ids())
         for partition in self.partitions.values():
-            partition.load_producers()
+            partition.load_producers(snapshots.get(partition.tp))
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         self.closing = False
         self.started_ms = self.clock()
@@ -401,14 +411,21 @@ class Broker:
             log.exception("offsets retention failed")
 
     def close(self) -> None:
-        """Flush everything, write checkpoints and producer snapshots, mark clean."""
+        """Flush every log, then write the checkpoints and the producer-state snapshot,
+        then mark the shutdown clean (`LogManager.close`: the marker comes last).
+
+        The snapshot is taken once the logs are durable, so it never covers records that a
+        crash during the stop could still take away."""
         self.closing = True
         self.group_timer.cancel()
         self.wake_all()
-        self.logs.close()
-        for partition in self.partitions.values():
-            partition.save_producers()
+        self.logs.flush_for_close()
+        snapshot = producer_state_file(self.partitions.values(), self._topic_ids())
+        self.logs.close(state_files={PRODUCER_STATE_FILE: snapshot})
         self._dir_lock.release()
+
+    def _topic_ids(self) -> dict[str, uuid.UUID]:
+        return {topic.name: topic.topic_id for topic in self.topics}
 
 
 def coordinator_settings(settings: Settings) -> CoordinatorSettings:

@@ -38,23 +38,30 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import ErrorCode, KafkaError
 from ..records.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchHeader, validate_batches
-from ..storage.checkpoint import write_atomically
 from ..storage.errors import OffsetOutOfRangeError, StorageError
 from ..storage.interface import ReadResult
 from ..storage.log import FileLog
 from ..storage.manager import LogManager
+from ..storage.state_file import encode_states, read_states
 from ..types import Clock, Timers, TopicPartition
 from .producers import BatchMetadata, PartitionProducers, SnapshotError, last_sequence
 from .scan import scan_batch_headers
 
 log = logging.getLogger(__name__)
 
+PRODUCER_STATE_FILE = "producer-state-snapshot"
+"""In the data directory: every partition's producer state, written at a clean stop."""
 PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
+"""In a partition directory: its producer state, as older versions wrote it at a clean
+stop. Still read when the data directory's file has no entry for the partition."""
+_TOPIC_ID_BYTES = 16
 LEADER_EPOCH = 0
 """A single broker never changes leader, so every partition stays at leader epoch 0."""
 
@@ -279,19 +286,38 @@ class Partition:
 
     # --- producer state -----------------------------------------------------------------
 
-    def load_producers(self) -> None:
-        """Restore idempotence state: the snapshot of a clean stop, then the log after it
-        (the whole log without a usable snapshot; only batch headers are read)."""
+    def load_producers(self, snapshot: bytes | None = None) -> None:
+        """Restore idempotence state: `snapshot` (this partition's entry in the data
+        directory's producer-state file, see `read_producer_snapshots`), else the file an
+        older version kept in the partition directory, then the log after it (the whole log
+        without a usable snapshot; only batch headers are read)."""
         partition_log = self.log
+        source = "the data directory's producer state"
+        if snapshot is None:
+            snapshot, source = _read_partition_snapshot(partition_log.directory)
         state, start = PartitionProducers(), partition_log.log_start_offset
-        path = partition_log.directory / PRODUCER_SNAPSHOT_FILE
-        if path.exists():
+        if snapshot is not None:
             try:
-                restored, covered = PartitionProducers.restore(path.read_bytes())
-                if partition_log.log_start_offset <= covered <= partition_log.log_end_offset:
+                restored, covered = PartitionProducers.restore(snapshot)
+                if start <= covered <= partition_log.log_end_offset:
                     state, start = restored, covered
-            except (SnapshotError, OSError) as exc:
-                log.warning("%s: ignoring producer snapshot (%s); replaying the log", path, exc)
+                else:  # written for other data (a log cut below it, or its start moved)
+                    log.info(
+                        "%s: ignoring the snapshot in %s: it covers offsets below %d, the log "
+                        "holds %d .. %d; replaying the log",
+                        partition_log.directory.name,
+                        source,
+                        covered,
+                        start,
+                        partition_log.log_end_offset,
+                    )
+            except SnapshotError as exc:
+                log.warning(
+                    "%s: ignoring the snapshot in %s (%s); replaying the log",
+                    partition_log.directory.name,
+                    source,
+                    exc,
+                )
         self.producers = state
         if partition_log.offline_reason is not None:
             return
@@ -301,15 +327,61 @@ class Partition:
         except StorageError as exc:
             log.error("%s: producer state not rebuilt: %s", partition_log.directory.name, exc)
 
-    def save_producers(self) -> None:
-        """Snapshot idempotence state next to the log (on a clean stop)."""
-        if self.log.offline_reason is not None:
-            return
-        path = self.log.directory / PRODUCER_SNAPSHOT_FILE
-        try:
-            write_atomically(path, self.producers.snapshot(self.log.log_end_offset))
-        except OSError as exc:
-            log.error("%s: producer snapshot not written: %s", path, exc)
+    def producer_snapshot(self) -> bytes | None:
+        """This partition's idempotence state for the producer-state file (a clean stop),
+        covering the whole log; None unless the log is online and fsynced to its end: a
+        snapshot must never vouch for records a crash could still take away."""
+        partition_log = self.log
+        end = partition_log.log_end_offset
+        if partition_log.offline_reason is not None or partition_log.flushed_offset < end:
+            return None
+        return self.producers.snapshot(end)
+
+
+def producer_state_file(
+    partitions: Iterable[Partition], topic_ids: Mapping[str, uuid.UUID]
+) -> bytes:
+    """The data directory's producer-state file (`storage.state_file`): per partition,
+    its topic's id and then its snapshot (`Partition.producer_snapshot`). A partition
+    without a snapshot (offline, not durable) is left out, and its state is rebuilt from
+    the log at the next start."""
+    states: dict[TopicPartition, bytes] = {}
+    for partition in partitions:
+        topic_id = topic_ids.get(partition.tp.topic)
+        snapshot = partition.producer_snapshot()
+        if topic_id is not None and snapshot is not None:
+            states[partition.tp] = topic_id.bytes + snapshot
+    return encode_states(states)
+
+
+def read_producer_snapshots(
+    data_dir: Path, topic_ids: Mapping[str, uuid.UUID]
+) -> dict[TopicPartition, bytes]:
+    """Per partition, its snapshot from the data directory's producer-state file, if the
+    entry was written for the topic that has its name now: a topic deleted and created
+    again gets a new id, and the old topic's state must not be applied to the new log."""
+    snapshots: dict[TopicPartition, bytes] = {}
+    for tp, entry in read_states(data_dir / PRODUCER_STATE_FILE).items():
+        topic_id = topic_ids.get(tp.topic)
+        if topic_id is None:
+            continue  # the topic is gone
+        if entry[:_TOPIC_ID_BYTES] == topic_id.bytes:
+            snapshots[tp] = entry[_TOPIC_ID_BYTES:]
+        else:
+            log.info("%s: ignoring the producer snapshot of an earlier topic of this name", tp)
+    return snapshots
+
+
+def _read_partition_snapshot(directory: Path) -> tuple[bytes | None, str]:
+    """The snapshot file older versions wrote in each partition directory, if any."""
+    path = directory / PRODUCER_SNAPSHOT_FILE
+    try:
+        return path.read_bytes(), path.name
+    except FileNotFoundError:
+        return None, path.name
+    except OSError as exc:
+        log.warning("%s: cannot read %s (%s); replaying the log", directory.name, path.name, exc)
+        return None, path.name
 
 
 def _settle(future: asyncio.Future[int], result: int | BaseException) -> None:

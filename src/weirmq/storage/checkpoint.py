@@ -10,15 +10,22 @@ Format (Kafka's, so the files read the same to anyone who knows Kafka's)::
 Writes are atomic: a temp file is written and fsynced, renamed over the old file, and the
 directory is fsynced so the rename itself survives a crash. A reader that finds a
 malformed file treats it as absent: recovery then re-validates more, never less.
+`write_files_atomically` replaces several files of one directory so: every temp file
+written, all fsynced in one pass, all renamed, then one directory fsync (a clean stop
+writes both checkpoints and the producer-state snapshot that way). Each file is replaced
+atomically on its own; a crash in between can leave some old and some new, so none may
+depend on another being new.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..types import TopicPartition
+from .fsync import fsync_all
 
 log = logging.getLogger(__name__)
 
@@ -26,17 +33,40 @@ VERSION = 0
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    write_files_atomically(path.parent, {path.name: data})
+
+
+def write_files_atomically(directory: Path, files: Mapping[str, bytes]) -> None:
+    """Replace each `name` in `directory` with its bytes, atomically per file (see the
+    module docstring); raises the first OSError, leaving the files not yet renamed as
+    they were."""
+    tmps = {name: directory / (name + ".tmp") for name in files}
+    for name, data in files.items():
+        _write_file(tmps[name], data)
+    errors = fsync_all([str(tmp) for tmp in tmps.values()], _fsync_file)
+    if errors:
+        raise next(iter(errors.values()))
+    for name, tmp in tmps.items():
+        os.replace(tmp, directory / name)
+    fsync_directory(directory)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -47,12 +77,17 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_offsets(path: Path, offsets: dict[TopicPartition, int]) -> None:
+def write_offsets(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
+    write_atomically(path, encode_offsets(offsets))
+
+
+def encode_offsets(offsets: Mapping[TopicPartition, int]) -> bytes:
+    """A checkpoint file's bytes (format in the module docstring)."""
     lines = [str(VERSION), str(len(offsets))]
     lines += [
         f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())
     ]
-    write_atomically(path, ("\n".join(lines) + "\n").encode())
+    return ("\n".join(lines) + "\n").encode()
 
 
 def read_offsets(path: Path) -> dict[TopicPartition, int]:

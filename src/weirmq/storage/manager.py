@@ -5,15 +5,27 @@
         log-start-offset-checkpoint          topic partition offset: DeleteRecords' starts
         .clean-shutdown                      present only after an orderly close
         orders-0/  orders-1/  ...            one FileLog each
+        (and the owner's state files, written at close: the broker's producer state)
 
 On open, every partition directory is opened with its recovery point (0 if unknown, so
 everything is re-validated). The clean-shutdown marker is removed as soon as it is read:
 if we crash later, the next start must recover.
 
+A clean close goes in three steps, each durable before the next begins:
+1. every log flushed in one pass (`log.flush_logs`: all the fsyncs at once, and only of
+   files holding bytes not yet fsynced);
+2. the checkpoints and the owner's state files replaced together
+   (`checkpoint.write_files_atomically`: one fsync pass, the renames, one directory fsync);
+3. the clean-shutdown marker, only if every log is durable and every file was written.
+The marker vouches for everything before it. A kill at any point before it leaves no
+marker, and the next open recovers from the recovery points, which never claim more than
+what was durable when they were written. The owner may call step 1 itself
+(`flush_for_close`) to take its snapshots of durable logs before step 2.
+
 One `HandleCache` is shared by every log, so open files are bounded by `handles_max`
 whatever the number of partitions. One `GroupCommitter` thread serves `sync` (acks=all)
-and, every `flush_interval_ms`, flushes logs with unflushed data and rewrites the
-recovery-point checkpoint when it changed.
+and, every `flush_interval_ms`, flushes logs with unflushed data (in one pass, as at
+close) and rewrites the recovery-point checkpoint when it changed.
 
 The owner (the broker's event loop thread) calls `housekeeping` periodically for
 retention and time-based rolls; those never run on the flusher thread.
@@ -27,18 +39,24 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..types import TopicPartition
-from .checkpoint import fsync_directory, read_offsets, write_offsets
+from .checkpoint import (
+    encode_offsets,
+    fsync_directory,
+    read_offsets,
+    write_files_atomically,
+    write_offsets,
+)
 from .config import LogConfig
 from .flusher import GroupCommitter, Waiter
 from .handles import HandleCache
 from .interface import Clock
-from .log import FileLog
+from .log import FileLog, flush_logs
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +103,7 @@ class LogManager:
         self._checkpointed: tuple[dict[TopicPartition, int], ...] = ()
         self._checkpoint_lock = threading.Lock()  # the flusher thread and the owner both write
         self._closed = False
+        self._flushed_for_close: bool | None = None
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._load()
         self.committer = GroupCommitter(
@@ -173,11 +192,17 @@ class LogManager:
 
     def _periodic_flush(self) -> None:
         try:
-            for log_ in self.logs().values():
-                if log_.needs_flush and log_.offline_reason is None:
-                    started = time.perf_counter()
-                    log_.flush()
-                    self.committer.flush_latency.observe(time.perf_counter() - started)
+            due = [
+                lg for lg in self.logs().values() if lg.needs_flush and lg.offline_reason is None
+            ]
+            if due:
+                started = time.perf_counter()
+                failed = flush_logs(due)
+                seconds = time.perf_counter() - started  # each log waited for the whole pass
+                for _ in range(len(due) - len(failed)):
+                    self.committer.flush_latency.observe(seconds)
+                for log_, exc in failed.items():
+                    log.error("periodic flush of %s failed: %s", log_.directory.name, exc)
             self.write_checkpoints()
         except Exception:  # keep the flusher alive; the failing log is already offline
             log.exception("periodic flush failed")
@@ -188,12 +213,15 @@ class LogManager:
         with self._checkpoint_lock:
             self._write_checkpoints()
 
-    def _write_checkpoints(self) -> None:
+    def _checkpoint_state(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
         logs = self.logs()
-        state = (
+        return (
             {tp: lg.flushed_offset for tp, lg in logs.items()},
             {tp: lg.log_start_offset for tp, lg in logs.items()},
         )
+
+    def _write_checkpoints(self) -> None:
+        state = self._checkpoint_state()
         if state == self._checkpointed:
             return
         write_offsets(self.data_dir / RECOVERY_POINT_FILE, state[0])
@@ -210,22 +238,47 @@ class LogManager:
             deleted += log_.apply_retention()
         return deleted
 
-    def close(self) -> None:
-        """Orderly shutdown: drain the flusher, flush everything, checkpoint, mark clean."""
+    def flush_for_close(self) -> bool:
+        """The first half of `close`: drain the flusher, then flush every log in one pass,
+        indexes included (`log.flush_logs`). Returns whether every log is now durable and
+        online. Nothing flushes the logs after this; the owner appends no more."""
+        if self._flushed_for_close is None:
+            self.committer.close()
+            logs = list(self.logs().values())
+            failed = flush_logs(
+                [lg for lg in logs if lg.offline_reason is None], sync_active_index=True
+            )
+            for log_, exc in failed.items():
+                log.error("flushing %s on close failed: %s", log_.directory.name, exc)
+            self._flushed_for_close = all(lg.offline_reason is None for lg in logs) and not failed
+        return self._flushed_for_close
+
+    def close(self, state_files: Mapping[str, bytes] | None = None) -> None:
+        """Orderly shutdown: `flush_for_close` (unless the owner called it already), then
+        the checkpoints and `state_files` (name: bytes, such as the broker's producer-state
+        snapshot) replaced in one pass beside them, then the clean-shutdown marker.
+
+        The marker comes last, and only when every log is durable and every file written:
+        it vouches for all of them, so that the next open re-validates nothing."""
         if self._closed:
             return
+        clean = self.flush_for_close()
         self._closed = True
-        self.committer.close()
-        clean = True
-        for log_ in self.logs().values():
-            try:
-                log_.close()
-            except OSError:
-                clean = False
-            clean = clean and log_.offline_reason is None
-        self._checkpointed = ()
-        self.write_checkpoints()
         self.handles.close()
+        with self._checkpoint_lock:
+            state = self._checkpoint_state()
+            files = {
+                RECOVERY_POINT_FILE: encode_offsets(state[0]),
+                LOG_START_FILE: encode_offsets(state[1]),
+                **(state_files or {}),
+            }
+            try:
+                write_files_atomically(self.data_dir, files)
+                self._checkpointed = state
+            except OSError as exc:
+                log.error("writing %s on close failed: %s", ", ".join(files), exc)
+                clean = False
         if clean:
-            (self.data_dir / CLEAN_SHUTDOWN_FILE).touch()
+            marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
             fsync_directory(self.data_dir)

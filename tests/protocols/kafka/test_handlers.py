@@ -37,7 +37,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
 from weirmq.broker.core import Broker
-from weirmq.broker.partition import PRODUCER_SNAPSHOT_FILE
+from weirmq.broker.partition import PRODUCER_STATE_FILE
 from weirmq.protocols.kafka.dispatch import (
     API_VERSIONS,
     CloseConnection,
@@ -441,8 +441,8 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
 def reopen(client: Client, how: str, open_client: OpenClient, tmp_path: Path) -> Client:
     """A broker on `client`'s data after a clean shutdown or a crash.
 
-    clean        close, reopen: producer snapshots and the clean-shutdown marker are used
-    no-snapshot  close, delete every producer snapshot and the marker: the log is replayed
+    clean        close, reopen: the producer snapshot and the clean-shutdown marker are used
+    no-snapshot  close, delete the producer snapshot and the marker: the log is replayed
     crash        copy the data directory while the broker runs (what a power cut leaves
                  behind, minus unflushed page cache), open a broker on the copy
     """
@@ -452,16 +452,15 @@ def reopen(client: Client, how: str, open_client: OpenClient, tmp_path: Path) ->
     data_dir = client.settings.data_dir
     if how == "no-snapshot":
         client.close()
-        snapshots = list(data_dir.glob(f"*/{PRODUCER_SNAPSHOT_FILE}"))
-        assert snapshots, "a clean close writes producer snapshots"
-        for path in [*snapshots, data_dir / CLEAN_SHUTDOWN_FILE]:
+        assert (data_dir / PRODUCER_STATE_FILE).exists(), "a clean close writes the snapshot"
+        for path in [data_dir / PRODUCER_STATE_FILE, data_dir / CLEAN_SHUTDOWN_FILE]:
             path.unlink()
         return open_client(data_dir=data_dir, flush_interval_ms=client.settings.flush_interval_ms)
     assert how == "crash", how
     copy = tmp_path / "crashed"
     shutil.copytree(data_dir, copy)
     assert not (copy / CLEAN_SHUTDOWN_FILE).exists()
-    assert not list(copy.glob(f"*/{PRODUCER_SNAPSHOT_FILE}"))
+    assert not (copy / PRODUCER_STATE_FILE).exists()
     return open_client(data_dir=copy, flush_interval_ms=client.settings.flush_interval_ms)
 
 
@@ -982,7 +981,7 @@ def test_idempotent_state_after_a_crash_that_follows_a_clean_restart(
     assert client.produce("t", last).base_offset == 2
     copy = tmp_path / "crashed"
     shutil.copytree(client.settings.data_dir, copy)
-    assert list(copy.glob(f"*/{PRODUCER_SNAPSHOT_FILE}")), "the stale snapshot is there"
+    assert (copy / PRODUCER_STATE_FILE).exists(), "the stale snapshot is there"
     crashed = open_client(data_dir=copy, **QUIET)
     answer = crashed.produce("t", last)
     assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 2)
