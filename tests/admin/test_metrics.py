@@ -120,6 +120,22 @@ def test_request_counts_and_latency_histograms_per_api(broker: Broker) -> None:
     assert value(samples, f"{histogram}_bucket", api="Produce", le="+Inf") == 4
 
 
+def test_request_latency_from_frame_read_to_write_per_protocol(broker: Broker) -> None:
+    _, samples = scrape(broker)
+    histogram = "weirmq_request_latency_seconds"
+    assert value(samples, f"{histogram}_count", protocol="kafka") == 0  # there from the start
+    kafka = broker.stats.request_latency("kafka")
+    for seconds in (0.00002, 0.00004, 0.0009):  # as the connection pump records each reply
+        kafka.observe(seconds)
+
+    _, samples = scrape(broker)
+
+    assert value(samples, f"{histogram}_count", protocol="kafka") == 3
+    assert value(samples, f"{histogram}_bucket", protocol="kafka", le="2.5e-05") == 1
+    assert value(samples, f"{histogram}_bucket", protocol="kafka", le="5e-05") == 2
+    assert value(samples, f"{histogram}_bucket", protocol="kafka", le="0.001") == 3
+
+
 def test_connection_counters(broker: Broker) -> None:
     stats = broker.stats
     stats.connections_total += 5  # as the listener does

@@ -46,7 +46,7 @@ from prometheus_client.registry import Collector
 
 from weirmq import __version__
 from weirmq.broker.core import Broker
-from weirmq.broker.stats import ApiStats
+from weirmq.broker.stats import ApiStats, RequestLatency
 from weirmq.protocols.kafka.dispatch import API_VERSIONS
 
 from .views import uptime_ms
@@ -150,6 +150,20 @@ class BrokerCollector(Collector):
             latency.add_metric([name], _buckets(stats.latency.cumulative()), stats.latency.sum)
         yield requests
         yield latency
+        # The broker's share of what a client waits: measured by the connection pump, so it
+        # includes framing, queueing behind earlier replies and the write, not only the
+        # handler. The "kafka" series exists from the start, at 0.
+        served = HistogramMetricFamily(
+            f"{PREFIX}_request_latency_seconds",
+            "Seconds from a request's frame being read to its response being handed to the "
+            "socket, by protocol.",
+            labels=["protocol"],
+        )
+        histograms = self.broker.stats.request_latencies
+        for protocol in sorted({"kafka", *histograms}):
+            histogram = histograms.get(protocol) or RequestLatency()
+            served.add_metric([protocol], _buckets(histogram.cumulative()), histogram.sum)
+        yield served
 
     def _connections(self) -> Iterator[Metric]:
         stats = self.broker.stats
