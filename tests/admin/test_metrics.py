@@ -120,20 +120,25 @@ def test_request_counts_and_latency_histograms_per_api(broker: Broker) -> None:
     assert value(samples, f"{histogram}_bucket", api="Produce", le="+Inf") == 4
 
 
-def test_request_latency_from_frame_read_to_write_per_protocol(broker: Broker) -> None:
+def test_request_latency_from_frame_read_to_write_per_protocol_and_request(
+    broker: Broker,
+) -> None:
     _, samples = scrape(broker)
     histogram = "weirmq_request_latency_seconds"
-    assert value(samples, f"{histogram}_count", protocol="kafka") == 0  # there from the start
-    kafka = broker.stats.request_latency("kafka")
+    for request in ("Produce", "Fetch", "Metadata"):  # there from the start
+        assert value(samples, f"{histogram}_count", protocol="kafka", request=request) == 0
+    produce = broker.stats.request_latency("kafka", "0")
     for seconds in (0.00002, 0.00004, 0.0009):  # as the connection pump records each reply
-        kafka.observe(seconds)
+        produce.observe(seconds)
 
     _, samples = scrape(broker)
 
-    assert value(samples, f"{histogram}_count", protocol="kafka") == 3
-    assert value(samples, f"{histogram}_bucket", protocol="kafka", le="2.5e-05") == 1
-    assert value(samples, f"{histogram}_bucket", protocol="kafka", le="5e-05") == 2
-    assert value(samples, f"{histogram}_bucket", protocol="kafka", le="0.001") == 3
+    labels = {"protocol": "kafka", "request": "Produce"}
+    assert value(samples, f"{histogram}_count", **labels) == 3
+    assert value(samples, f"{histogram}_bucket", **labels, le="2.5e-05") == 1
+    assert value(samples, f"{histogram}_bucket", **labels, le="5e-05") == 2
+    assert value(samples, f"{histogram}_bucket", **labels, le="0.001") == 3
+    assert value(samples, f"{histogram}_count", protocol="kafka", request="Fetch") == 0
 
 
 def test_connection_counters(broker: Broker) -> None:

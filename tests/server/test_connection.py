@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from weirmq.broker.stats import RequestLatency
+from weirmq.broker.stats import BrokerStats
 from weirmq.protocols.contract import CloseConnection, ConnectionHandle, Frame, Outcome, Reply
 from weirmq.server.connection import (
     Connection,
@@ -230,17 +230,21 @@ def test_ready_replies_with_nothing_ahead_are_written_at_once_in_one_write() -> 
     run(scenario)
 
 
-def test_each_reply_is_timed_from_its_frame_read_to_its_write() -> None:
+def test_each_reply_is_timed_from_its_frame_read_to_its_write_by_kind() -> None:
     async def scenario() -> None:
-        listener, adapter = make_listener()
-        latency = listener.request_latency
-        assert isinstance(latency, RequestLatency)
+        adapter = ScriptedAdapter()
+        stats = BrokerStats()
+        listener = SteppedListener(adapter, Settings(), stats)
         connection, _ = connect(listener)
         feed(connection, b"now:a\nnone\nwait:b\n")
+        latency = stats.request_latency(adapter.name, "")
         assert latency.count == 1  # "none" has no reply, "b" is not written yet
         adapter.release("b")
         await settle()
         assert latency.count == 2 and latency.sum > 0
+        connection.send(Reply(b"x", [], "push"))
+        await settle()
+        assert stats.request_latency(adapter.name, "push").count == 1
 
     run(scenario)
 

@@ -156,13 +156,17 @@ class BrokerCollector(Collector):
         served = HistogramMetricFamily(
             f"{PREFIX}_request_latency_seconds",
             "Seconds from a request's frame being read to its response being handed to the "
-            "socket, by protocol.",
-            labels=["protocol"],
+            "socket, by protocol and request.",
+            labels=["protocol", "request"],
         )
         histograms = self.broker.stats.request_latencies
-        for protocol in sorted({"kafka", *histograms}):
-            histogram = histograms.get(protocol) or RequestLatency()
-            served.add_metric([protocol], _buckets(histogram.cumulative()), histogram.sum)
+        kafka = {("kafka", str(key)) for key in API_VERSIONS}
+        for protocol, kind in sorted(kafka | set(histograms)):
+            histogram = histograms.get((protocol, kind)) or RequestLatency()
+            request = api_name(int(kind)) if protocol == "kafka" and kind.isdigit() else kind
+            served.add_metric(
+                [protocol, request], _buckets(histogram.cumulative()), histogram.sum
+            )
         yield served
 
     def _connections(self) -> Iterator[Metric]:

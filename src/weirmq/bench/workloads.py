@@ -468,12 +468,13 @@ def requests(run: Run) -> dict[str, Any]:
 def broker_latency(window: Window, e2e_p99_ms: float) -> dict[str, Any]:
     """The broker's own latency histogram over `window`: its p50 and p99, and its share.
 
-    The histogram counts every Kafka request answered in the window, from its frame read
-    to its response written: the producer's Produce requests and the consumer's Fetches.
+    The histogram times each Kafka request from its frame read to its response written,
+    by request; the figures are the producer's Produce requests. (A consumer's Fetch waits
+    in the broker on purpose, for data to arrive, so its time there is mostly the wait.)
     Without the histogram (an external broker, or one that does not export it) every
     figure is None.
     """
-    buckets = window.histogram(LATENCY_METRIC, protocol="kafka")
+    buckets = window.histogram(LATENCY_METRIC, protocol="kafka", request="Produce")
     p50, p99 = (histogram_quantile(q, buckets) for q in (0.5, 0.99))
     p99_ms = None if p99 is None else p99 * 1000
     return {

@@ -68,13 +68,14 @@ class BrokerStats:
         """Accepted since start."""
         self.connections_closed_for_errors = 0
         """Closed because a frame could not be answered (bad header, body, version)."""
-        self.request_latencies: dict[str, RequestLatency] = {}
-        """By protocol ("kafka", ...): frame read to reply written."""
+        self.request_latencies: dict[tuple[str, str], RequestLatency] = {}
+        """By (protocol, kind of request): frame read to reply written. Kafka's kinds are
+        API keys as text ("0" is Produce)."""
 
-    def request_latency(self, protocol: str) -> RequestLatency:
-        histogram = self.request_latencies.get(protocol)
+    def request_latency(self, protocol: str, kind: str) -> RequestLatency:
+        histogram = self.request_latencies.get((protocol, kind))
         if histogram is None:
-            histogram = self.request_latencies[protocol] = RequestLatency()
+            histogram = self.request_latencies[protocol, kind] = RequestLatency()
         return histogram
 
     def topic(self, name: str) -> TopicStats:

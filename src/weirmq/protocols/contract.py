@@ -44,6 +44,9 @@ class Reply(NamedTuple):
     prefix: bytes
     body: list[bytes | memoryview]
     """Written in order after `prefix`; fetched records stay uncopied in their own part."""
+    kind: str = ""
+    """What it answers, in the adapter's words (Kafka: the API key, "0" for Produce): the
+    pump times each reply from its frame read to its write per protocol and kind."""
 
     @property
     def size(self) -> int:

@@ -22,8 +22,8 @@ together once per turn of the event loop. A write is one buffer for everything u
 `_JOIN_BYTES_MAX` (copying tens of kilobytes costs less than the send() each extra part
 would take); only larger parts, such as a megabyte of fetched records, go to the transport
 as they are, uncopied. Each reply's time from its frame being read to its bytes being handed
-to the socket is observed in the listener's `request_latency` histogram: the broker's share
-of a client's latency.
+to the socket is observed in the listener's `request_latency` histogram of its kind
+(`Reply.kind`: Kafka's API): the broker's share of a client's latency.
 
 Every connection is bounded (each bound is a setting):
 
@@ -106,8 +106,9 @@ class ConnectionStats(Protocol):
     connections_closed_for_errors: int
     """Closed by `CloseConnection`: a frame that could not be answered."""
 
-    def request_latency(self, protocol: str) -> Histogram:
-        """Seconds from a frame read to its reply handed to the socket, for `protocol`."""
+    def request_latency(self, protocol: str, kind: str) -> Histogram:
+        """Seconds from a frame read to its reply handed to the socket, for one `kind` of
+        reply (`Reply.kind`) of `protocol`."""
         ...
 
 
@@ -127,7 +128,7 @@ class ConnectionCounts:
         self.connections_closed_for_errors = 0
         self._latency = RequestLatency()
 
-    def request_latency(self, protocol: str) -> Histogram:
+    def request_latency(self, protocol: str, kind: str) -> Histogram:
         return self._latency
 
 
@@ -151,6 +152,7 @@ class Connection(asyncio.BufferedProtocol):
         self._due: list[tuple[float, Reply]] = []
         self._flush_scheduled = False
         self._latency = listener.request_latency
+        """The listener's histograms, by `Reply.kind`."""
         self._max_in_flight = listener.settings.max_in_flight_requests
         self._write_paused = False
         self._reading_paused = False
@@ -356,9 +358,12 @@ class Connection(asyncio.BufferedProtocol):
         if pending:
             write(b"".join(pending))
         written_at = time.perf_counter()
-        observe = self._latency.observe
-        for read_at, _ in due:
-            observe(written_at - read_at)
+        latency = self._latency
+        for read_at, reply in due:
+            histogram = latency.get(reply.kind)
+            if histogram is None:
+                histogram = self.listener.latency_for(reply.kind)
+            histogram.observe(written_at - read_at)
         self._update_reading()
         if self.listener.stopping and not self._queue:
             self.listener.drained.set()
@@ -461,8 +466,14 @@ class Listener:
         """Set when a connection's last reply is written (or it is lost) while stopping."""
         self._server: asyncio.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
-        self.request_latency = self.stats.request_latency(adapter.name)
-        """Frame read to reply written, for every connection of this listener."""
+        self.request_latency: dict[str, Histogram] = {}
+        """Frame read to reply written, by `Reply.kind`, for every connection."""
+
+    def latency_for(self, kind: str) -> Histogram:
+        histogram = self.request_latency[kind] = self.stats.request_latency(
+            self.adapter.name, kind
+        )
+        return histogram
 
     def now(self) -> float:
         """Seconds on the loop's monotonic clock. The pump reads time only here (idle

@@ -53,6 +53,8 @@ FETCH_KEY = 1
 _CONFORMED: set[type[Any]] = set()
 """Request classes given their absent fields already (`requests.conform`)."""
 API_VERSIONS_KEY = 18
+_KINDS = tuple(str(key) for key in range(100))
+"""Each reply's `kind` is its API key as text, made once (the metrics name the API)."""
 Handler = Callable[[Broker, Any, int, RequestContext], Any]
 """(broker, the decoded request, its version, who asks) -> a response dict, None (no
 answer: acks=0) or an awaitable of either."""
@@ -231,4 +233,5 @@ def _reply(
         body = [messages.encode(messages.build_response(key, version, data))]
     size = sum(len(part) for part in body)
     flexible = messages.response_header_is_flexible(key, version)
-    return Reply(response_prefix(correlation_id, size, flexible_header=flexible), body)
+    prefix = response_prefix(correlation_id, size, flexible_header=flexible)
+    return Reply(prefix, body, _KINDS[key] if key < len(_KINDS) else str(key))
