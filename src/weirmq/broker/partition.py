@@ -37,8 +37,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
+import threading
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,13 +248,10 @@ class Partition:
             return
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
-
-        def on_flusher_thread(result: int | BaseException) -> None:
-            # RuntimeError: the loop is closed, so nobody is waiting any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, result)
-
-        self.logs.when_durable(partition_log, offset, on_flusher_thread)
+        settler = _SETTLERS.get(loop)
+        if settler is None:
+            settler = _SETTLERS[loop] = _Settler(loop)
+        self.logs.when_durable(partition_log, offset, functools.partial(settler.add, future))
         await future
 
     # --- reading ------------------------------------------------------------------------
@@ -382,6 +382,46 @@ def _read_partition_snapshot(directory: Path) -> tuple[bytes | None, str]:
     except OSError as exc:
         log.warning("%s: cannot read %s (%s); replaying the log", directory.name, path.name, exc)
         return None, path.name
+
+
+class _Settler:
+    """Hands the flusher thread's results to the event loop, one wake-up per batch.
+
+    One fsync round answers every writer that was waiting (often several acks=all produces
+    at once); `call_soon_threadsafe` per writer would write to the loop's wake-up pipe and
+    schedule a callback each time. Results are queued here instead, and only the first of
+    a batch schedules the loop callback that settles them all."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Weak: `_SETTLERS` holds settlers by weak reference to their loop, and a strong
+        # one back would keep every loop a test process ever ran alive.
+        self._loop = weakref.ref(loop)
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Future[int], int | BaseException]] = []
+
+    def add(self, future: asyncio.Future[int], result: int | BaseException) -> None:
+        """On the flusher thread."""
+        with self._lock:
+            self._pending.append((future, result))
+            if len(self._pending) > 1:
+                return  # the loop callback is scheduled and has not run yet
+        loop = self._loop()
+        # No loop, or RuntimeError: the loop is closed, so nobody is waiting any more.
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._settle_all)
+
+    def _settle_all(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for future, result in pending:
+            _settle(future, result)
+
+
+_SETTLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = (
+    weakref.WeakKeyDictionary()
+)
+"""One `_Settler` per event loop (a test process runs many loops, a broker one)."""
 
 
 def _settle(future: asyncio.Future[int], result: int | BaseException) -> None:
