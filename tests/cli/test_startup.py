@@ -21,6 +21,8 @@ NOT_AT_START = (
     "aiohttp", "prometheus_client", "weirmq.admin.http", "weirmq.admin.metrics",
     # kio's index of schema classes, readers and writers: on the first Kafka request
     "kio.index", "kio.serial",
+    # the CRC-32C library (its import scans every installed distribution): on first use
+    "crc32c",
     # other commands' and extras' libraries: never in a broker
     "confluent_kafka", "rich", "matplotlib", "pyspark", "pyarrow", "weirmq.bench",
     "weirmq.spark",

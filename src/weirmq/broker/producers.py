@@ -71,9 +71,8 @@ import struct
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
 from weirmq.errors import ErrorCode, KafkaError
+from weirmq.records import checksum
 from weirmq.records.batch import BatchHeader
 
 __all__ = [
@@ -316,7 +315,7 @@ class PartitionProducers:
                     batch.last_offset,
                     batch.timestamp_ms,
                 )
-        return _SNAPSHOT_HEAD.pack(SNAPSHOT_VERSION, crc32c(covered)) + bytes(covered)
+        return _SNAPSHOT_HEAD.pack(SNAPSHOT_VERSION, checksum.crc32c(covered)) + bytes(covered)
 
     @classmethod
     def restore(
@@ -424,7 +423,7 @@ def _verified_covered_bytes(data: bytes) -> bytes:
     if version != SNAPSHOT_VERSION:
         raise SnapshotError(f"unknown snapshot version {version}")
     covered = bytes(data[_SNAPSHOT_HEAD.size :])
-    if crc32c(covered) != crc:
+    if checksum.crc32c(covered) != crc:
         raise SnapshotError("snapshot CRC mismatch")
     return covered
 

@@ -37,9 +37,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from ..errors import ErrorCode, KafkaError
+from . import checksum
 from .compression import decompress
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
@@ -166,7 +165,7 @@ def crc_ok(buf: bytes | bytearray | memoryview, position: int, size: int) -> boo
     """Whether the stored CRC of the batch at `position` matches its bytes."""
     view = memoryview(buf)
     (stored,) = _CRC.unpack_from(view, position + 17)
-    return bool(stored == crc32c(view[position + CRC_START : position + size]))
+    return bool(stored == checksum.crc32c(view[position + CRC_START : position + size]))
 
 
 def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int) -> BatchHeader | str:
@@ -188,7 +187,7 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int, end: int) ->
         return f"batch at position {position} runs past the end of its buffer"
     if header.last_offset_delta < 0 or header.records_count < 0:
         return f"negative record count or offset delta at position {position}"
-    if crc32c(memoryview(buf)[position + CRC_START : stop]) != header.crc:
+    if checksum.crc32c(memoryview(buf)[position + CRC_START : stop]) != header.crc:
         return f"CRC mismatch in batch at position {position}"
     return header
 
@@ -255,7 +254,7 @@ def stamped_header(
     _ATTRIBUTES.pack_into(head, 21, header.attributes | ATTR_LOG_APPEND_TIME)
     _MAX_TIMESTAMP.pack_into(head, 35, log_append_time_ms)
     records = view[position + HEADER_BYTES : position + header.size]
-    _CRC.pack_into(head, 17, crc32c(records, crc32c(head[CRC_START:])))
+    _CRC.pack_into(head, 17, checksum.crc32c(records, checksum.crc32c(head[CRC_START:])))
     return bytes(head)
 
 
@@ -345,7 +344,7 @@ def encode_batch(
     batch_length = 4 + 1 + 4 + len(after_crc)
     return (
         struct.pack(">qiib", base_offset, batch_length, leader_epoch, MAGIC)
-        + _CRC.pack(crc32c(after_crc))
+        + _CRC.pack(checksum.crc32c(after_crc))
         + after_crc
     )
 

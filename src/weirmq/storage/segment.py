@@ -29,8 +29,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from crc32c import crc32c
-
+from ..records import checksum
 from ..records.batch import (
     HEADER_BYTES,
     MAGIC,
@@ -420,7 +419,7 @@ class _Validation:
                 buf = os.pread(fd, max(size, min(SCAN_CHUNK_BYTES, file_size - position)), position)
                 view, buf_start = memoryview(buf), position
                 continue
-            if crc32c(view[rel + 21 : rel + size]) != crc:
+            if checksum.crc32c(view[rel + 21 : rel + size]) != crc:
                 problem = f"CRC mismatch in batch at position {position}"
                 break
             if base != next_offset:

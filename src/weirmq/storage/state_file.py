@@ -24,8 +24,7 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 
-from crc32c import crc32c
-
+from ..records import checksum
 from ..types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ def encode_states(states: Mapping[TopicPartition, bytes]) -> bytes:
         out += name
         out += _PARTITION_AND_LENGTH.pack(partition, len(blob))
         out += blob
-    out += _CRC.pack(crc32c(out))
+    out += _CRC.pack(checksum.crc32c(out))
     return bytes(out)
 
 
@@ -66,7 +65,7 @@ def decode_states(data: bytes) -> dict[TopicPartition, bytes]:
     magic, version, count = _HEAD.unpack_from(body)
     if magic != MAGIC or version != VERSION:
         raise StateFileError(f"not a version {VERSION} state file ({magic!r}, {version})")
-    if crc32c(body) != crc:
+    if checksum.crc32c(body) != crc:
         raise StateFileError("CRC mismatch")
     states: dict[TopicPartition, bytes] = {}
     position = _HEAD.size
