@@ -204,3 +204,62 @@ def test_ten_thousand_partitions_stay_within_the_descriptor_bound(
     assert len(handles) <= 32
     assert len(os.listdir("/proc/self/fd")) <= fds_before + 32
     handles.close()
+
+
+def test_a_flush_skips_the_sealed_segments_already_durable(
+    tmp_path: Path, handles: HandleCache, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group commit must not walk a long log's whole history: sealed segments whose data
+    and indexes are fsynced are skipped until the segment list changes (a roll, retention,
+    a truncation), after which one flush walks them once more."""
+    log = _filled(tmp_path / "t-0", handles, clock, 40)
+    assert log.segment_count > 3
+    walked: list[int] = []
+    fsynced: list[str] = []
+    pending = type(log.segments[0]).pending_index_bytes
+    real_fsync = os.fsync
+
+    def recording_pending(segment: object) -> list[tuple[str, int, bytes]]:
+        walked.append(segment.base_offset)  # type: ignore[attr-defined]
+        return pending(segment)  # type: ignore[arg-type]
+
+    def recording_fsync(fd: int) -> None:
+        fsynced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(type(log.segments[0]), "pending_index_bytes", recording_pending)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+
+    def append_and_flush() -> bool:
+        """One batch appended and flushed; whether the append rolled a new segment."""
+        count = log.segment_count
+        log.append(make_batch(3, size=100))
+        walked.clear()
+        fsynced.clear()
+        log.flush()
+        return log.segment_count != count
+
+    log.flush()
+    assert all(s.durable_and_sealed for s in log.segments[:-1])
+    while append_and_flush():  # a roll: this flush walked every segment once
+        pass
+    assert walked == [log.segments[-1].base_offset]  # only the active segment
+    assert fsynced == [log.segments[-1].log_path]
+    # A roll seals the active segment: that flush completes its indexes and walks all once.
+    while not append_and_flush():
+        pass
+    sealed = log.segments[-2]
+    assert walked == [s.base_offset for s in log.segments]
+    assert {sealed.index_path, sealed.timeindex_path} <= set(fsynced)  # its data already was
+    assert sealed.durable_and_sealed
+    while append_and_flush():
+        pass
+    assert walked == [log.segments[-1].base_offset]
+    # Truncating into a sealed segment unseals it: it is flushed again, index files too.
+    target = log.segments[1]
+    log.truncate_to(target.base_offset + 1)
+    assert log.segments[-1] is target and not target.durable_and_sealed
+    walked.clear()
+    log.flush()
+    assert walked == [s.base_offset for s in log.segments]
+    log.close()

@@ -81,6 +81,7 @@ class FileLog:
         self._lock = threading.Lock()
         self._segments: list[Segment] = []
         self._bases: list[int] = []
+        self._clean_prefix = 0  # see _set_segments
         self._offline: str | None = None
         self._dir_dirty = False
         self._flushed = 0
@@ -142,6 +143,10 @@ class FileLog:
     def _set_segments(self, segments: list[Segment]) -> None:
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
+        # How many leading segments are sealed and wholly durable (data, index entries,
+        # index files): a flush skips them. Any change to the list starts over; the next
+        # flush's `_finish_flush` finds the prefix again.
+        self._clean_prefix = 0
 
     # --- appending --------------------------------------------------------------------
 
@@ -340,7 +345,9 @@ class FileLog:
             )
             if index_active:
                 active.complete_time_index()
-            for segment in self._segments:
+            # Only segments past the clean prefix can have anything to write or fsync: a
+            # long log's sealed segments are not walked again on every group commit.
+            for segment in self._segments[self._clean_prefix :]:
                 index_writes = segment.pending_index_bytes()
                 for path, position, data in index_writes:
                     _pwrite_file(path, position, data)
@@ -368,6 +375,10 @@ class FileLog:
             for segment, size, synced_indexes in plan.segments:
                 segment.synced_size = max(segment.synced_size, size)
                 segment.indexes_synced = segment.indexes_synced or synced_indexes
+            segments, clean = self._segments, self._clean_prefix
+            while clean < len(segments) and segments[clean].durable_and_sealed:
+                clean += 1
+            self._clean_prefix = clean
             self._flushed = max(self._flushed, min(plan.target, self.log_end_offset))
         return self._flushed
 

@@ -167,6 +167,18 @@ class Segment:
                 self.max_timestamp, self.max_timestamp_offset - self.base_offset
             )
 
+    @property
+    def durable_and_sealed(self) -> bool:
+        """Sealed, and everything in it fsynced: the data, every index entry, both index
+        files. Only a truncation (which unseals it) can change that."""
+        return (
+            self.sealed
+            and self.indexes_synced
+            and self.synced_size >= self.size
+            and len(self.index) == self.index.persisted
+            and len(self.time_index) == self.time_index.persisted
+        )
+
     def pending_index_bytes(self) -> list[tuple[str, int, bytes]]:
         """(path, file position, bytes) of index entries not yet written to the files."""
         out = []
