@@ -1,6 +1,8 @@
 """A/B: this tree's broker against an older commit's, alternating, on issue 17's cases.
 
     python -m bench.ab --baseline 45a94e8 [--runs 3] [--out ab-results]
+    python -m bench.ab --baseline HEAD --before-python .venv/bin/python \
+        --after-python /other/venv/bin/python      # same code, two interpreters
 
 The machine drifts (the same broker measured twice as much CPU per request an hour
 apart), so a before/after figure is only worth something from runs that alternate on one
@@ -90,6 +92,10 @@ def main() -> None:
     parser.add_argument("--baseline", help="the commit to compare with")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("ab-results"))
+    parser.add_argument("--before-python", default=sys.executable,
+                        help="the interpreter that runs the baseline (default: this one)")
+    parser.add_argument("--after-python", default=sys.executable,
+                        help="the interpreter that runs this tree (default: this one)")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args()
     if args.one is not None:
@@ -105,13 +111,14 @@ def main() -> None:
         shutil.rmtree(base / "src/weirmq/bench")
         shutil.copytree(ROOT / "src/weirmq/bench", base / "src/weirmq/bench")
         trees = {"before": base, "after": ROOT}
+        pythons = {"before": args.before_python, "after": args.after_python}
         documents: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         for run in range(1, args.runs + 1):
             for side, tree in trees.items():
                 out = (args.out / f"{side}-{run}.json").resolve()
                 print(f"run {run}: {side} ({tree})", file=sys.stderr, flush=True)
                 env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-                subprocess.run([sys.executable, "-m", "bench.ab", "--one", str(out)],
+                subprocess.run([pythons[side], "-m", "bench.ab", "--one", str(out)],
                                cwd=ROOT, env=env, check=True)  # fmt: skip
                 documents[side].append(json.loads(out.read_text()))
         print(summarize(documents))
