@@ -28,6 +28,17 @@ adapter left out):
         OffsetOutOfRangeError           storage.errors        offset_out_of_range
         OutOfOrderSequenceError         broker.producers      out_of_order_sequence_number
         RecordListTooLargeError         records.batch         record_list_too_large
+        RoutingError                    routing.errors        invalid_config
+            BindingCycleError           routing.errors        invalid_config
+            ExchangeConflictError       routing.errors        invalid_config
+            ExchangeInUseError          routing.errors        invalid_config
+            InvalidBindingError         routing.errors        invalid_config
+                ExpressionError         routing.errors        invalid_config
+            InvalidExchangeError        routing.errors        invalid_config
+            InvalidRoutingKeyError      routing.errors        invalid_record
+            RoutingLimitError           routing.errors        policy_violation
+            UnknownExchangeError        routing.errors        unknown_topic_or_partition
+            UnroutableError             routing.errors        invalid_record
         StorageError                    storage.errors        kafka_storage_error
             CorruptDataError            storage.segment       kafka_storage_error
             DataDirLockedError          storage.lock          kafka_storage_error
