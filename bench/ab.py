@@ -92,10 +92,16 @@ def main() -> None:
     parser.add_argument("--baseline", help="the commit to compare with")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("ab-results"))
-    parser.add_argument("--before-python", default=sys.executable,
-                        help="the interpreter that runs the baseline (default: this one)")
-    parser.add_argument("--after-python", default=sys.executable,
-                        help="the interpreter that runs this tree (default: this one)")
+    parser.add_argument(
+        "--before-python",
+        default=sys.executable,
+        help="the interpreter that runs the baseline (default: this one)",
+    )
+    parser.add_argument(
+        "--after-python",
+        default=sys.executable,
+        help="the interpreter that runs this tree (default: this one)",
+    )
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args()
     if args.one is not None:

@@ -123,6 +123,7 @@ def test_every_topic_config_is_documented_with_its_default() -> None:
     assert sorted(rows) == sorted(configs.CONFIGS_BY_NAME)
     for definition in configs.TOPIC_CONFIGS:
         _, default, setting, meaning = rows[definition.name]
-        assert default.startswith(f"`{definition.default}`"), definition.name
+        shown = f"`{definition.default}`" if definition.default else "(empty)"
+        assert default.startswith(shown), definition.name
         assert setting == (f"`{definition.setting}`" if definition.setting else "(none)")
         assert meaning

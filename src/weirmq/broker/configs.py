@@ -31,6 +31,7 @@ is one replica, so acks=all means that replica (fsynced).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -128,6 +129,20 @@ def _compression(text: str) -> str:
     )
 
 
+def _topic_name(text: str) -> str:
+    value = text.strip()
+    if value and not _TOPIC_NAME.fullmatch(value):
+        raise _Refused(f"must be a topic name (letters, digits, '.', '_', '-'); got {text!r}")
+    return value
+
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+EXCHANGE_TYPE = "weirmq.exchange.type"
+EXCHANGE_ALTERNATE = "weirmq.exchange.alternate"
+EXCHANGE_UNROUTABLE = "weirmq.exchange.unroutable"
+EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers", "content")
+
+
 # --- the table ------------------------------------------------------------------------------
 
 
@@ -212,6 +227,22 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
         "weirmq.acks.all.fsync", ConfigType.BOOLEAN, _boolean, "true",
         "true: acks=all is answered once the batch is fsynced; false: once it is written to "
         "the OS (acks=1 durability, for data that can be replayed from elsewhere)",
+    ),
+    TopicConfigDef(
+        EXCHANGE_ALTERNATE, ConfigType.STRING, _topic_name, "",
+        "for an exchange: the exchange that gets the records this one's bindings do not "
+        "match (RabbitMQ's alternate-exchange); empty: none",
+    ),
+    TopicConfigDef(
+        EXCHANGE_TYPE, ConfigType.STRING, _choice(*EXCHANGE_TYPES), "",
+        "makes the topic an exchange that routes its records (direct, topic, fanout, "
+        "headers or content); set when the topic is created, never changed; empty: a plain "
+        "topic",
+    ),
+    TopicConfigDef(
+        EXCHANGE_UNROUTABLE, ConfigType.STRING, _choice("drop", "reject"), "drop",
+        "for an exchange: what happens to a record no binding routes (after the alternate): "
+        "drop it (counted) or refuse the write with INVALID_RECORD",
     ),
 )
 # fmt: on

@@ -48,6 +48,7 @@ from ..storage.manager import LogManager, StorageSettings
 from ..types import Clock, Timers, TopicPartition
 from . import configs
 from .configs import ConfigEntry
+from .exchanges import BINDINGS_CONFIG, ROUTING_TOPIC, Exchanges, exchange_of
 from .group_service import (
     OFFSETS_TOPIC,
     OFFSETS_TOPIC_CONFIGS,
@@ -82,7 +83,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["INTERNAL_TOPICS", "LEADER_EPOCH", "Broker", "Partition", "TopicPartition"]
 
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, ROUTING_TOPIC})
 """Written only by the broker itself; clients may read them, not produce or delete."""
 PARTITIONS_MAX = 100_000
 """Partitions of one topic at most: each is a directory and open files when used."""
@@ -129,6 +130,7 @@ class Broker:
         ]
         """Called after every append with (partition, bytes, records); see Partition."""
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.exchanges = Exchanges(self, data_dir)
         self._adopt_orphans()
         self.producer_ids = ProducerIdAllocator(data_dir)
         snapshots = read_producer_snapshots(data_dir, self._topic_ids())
@@ -147,6 +149,8 @@ class Broker:
         self.offsets_log.load()
         self.group_replies = GroupReplies()
         self.group_timer = GroupTimer(self.groups, self.group_replies, self.clock, self.timers)
+        self.exchanges.load()
+        self.logs.periodic_state = self.exchanges.cursor_file
 
     # --- topics -------------------------------------------------------------------------
 
@@ -189,13 +193,28 @@ class Broker:
         if self.topics.get(name) is not None:
             raise TopicExistsError(f"topic {name!r} already exists")
         _check_partition_count(partitions)
-        overrides = configs.check_overrides(self.settings, topic_configs or {})
+        wanted = dict(topic_configs or {})
+        bindings = wanted.pop(BINDINGS_CONFIG, None)
+        overrides = configs.check_overrides(self.settings, wanted)
+        if bindings is not None and not overrides.get(configs.EXCHANGE_TYPE):
+            raise configs.InvalidConfigError(
+                f"{BINDINGS_CONFIG} needs {configs.EXCHANGE_TYPE}: only an exchange has bindings"
+            )
+        if overrides.get(configs.EXCHANGE_TYPE):
+            exchange_of(name, overrides)  # refuses what the router would
         if validate_only:
             return Topic(name, uuid.UUID(int=0), partitions, overrides)
         created = self.topics.create(name, partitions, overrides)
         self._apply_configs(created)
         for partition in range(partitions):
             self._add_partition(name, partition, overrides)
+        self.exchanges.topic_created(created)
+        if bindings:
+            try:
+                self.exchanges.alter_bindings(name, [(configs.AlterOp.SET, bindings)])
+            except KafkaError:  # an exchange is created with its bindings or not at all
+                self.delete_topic(name)
+                raise
         log.info("created topic %r with %d partition(s)", name, partitions)
         return created
 
@@ -238,6 +257,7 @@ class Broker:
             if gone is not None:
                 gone.wake()  # waiting fetches answer UNKNOWN_TOPIC_OR_PARTITION now
         self.topics.delete(name)
+        self.exchanges.topic_deleted(name)
         try:
             self.groups.forget_topic(name)
         except KafkaError as exc:  # the offsets log refused; they go with their group
@@ -259,11 +279,17 @@ class Broker:
         grown = self.topics.set_partitions(name, total)
         for partition in range(topic.partitions, total):
             self._add_partition(name, partition, topic.configs)
+        self.exchanges.partitions_added(grown)
         log.info("topic %r grown to %d partitions", name, total)
         return grown
 
     def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
-        return configs.describe(self.settings, self.known_topic(name).configs)
+        entries = configs.describe(self.settings, self.known_topic(name).configs)
+        bindings = self.exchanges.bindings_config(name)
+        if bindings is not None:
+            entries.append(bindings)
+            entries.sort(key=lambda entry: entry.name)
+        return entries
 
     def alter_topic_configs(
         self,
@@ -283,8 +309,20 @@ class Broker:
     def alter_topic_configs_ops(
         self, name: str, ops: list[tuple[str, int, str | None]], *, validate_only: bool = False
     ) -> Topic:
+        """IncrementalAlterConfigs: (name, op, value) in order. An exchange's bindings
+        (`weirmq.exchange.bindings`) change through the bindings log, the rest as configs;
+        every change is checked before any is made."""
         topic = self.known_topic(name)
+        binding_ops = [(op, value) for key, op, value in ops if key == BINDINGS_CONFIG]
+        ops = [entry for entry in ops if entry[0] != BINDINGS_CONFIG]
         overrides = configs.apply_ops(self.settings, topic.configs, ops)
+        if binding_ops:
+            self.exchanges.check_configs(topic, overrides)
+            self.exchanges.alter_bindings(name, binding_ops, validate_only=True)
+            if not validate_only:
+                self.exchanges.alter_bindings(name, binding_ops)
+            if overrides == topic.configs:
+                return topic  # only the bindings changed: topics.json stays as it is
         return self._replace_configs(topic, overrides, validate_only=validate_only)
 
     def replace_topic_configs(
@@ -292,16 +330,26 @@ class Broker:
     ) -> Topic:
         """Make `new` the topic's whole set of overrides (legacy AlterConfigs)."""
         topic = self.known_topic(name)
-        overrides = configs.check_overrides(self.settings, new)
+        wanted = dict(new)
+        bindings = wanted.pop(BINDINGS_CONFIG, None)
+        overrides = configs.check_overrides(self.settings, wanted)
+        if bindings is not None:
+            ops = [(configs.AlterOp.SET, bindings)]
+            self.exchanges.check_configs(topic, overrides)
+            self.exchanges.alter_bindings(name, ops, validate_only=True)
+            if not validate_only:
+                self.exchanges.alter_bindings(name, ops)
         return self._replace_configs(topic, overrides, validate_only=validate_only)
 
     def _replace_configs(
         self, topic: Topic, overrides: dict[str, str], *, validate_only: bool
     ) -> Topic:
+        self.exchanges.check_configs(topic, overrides)
         if validate_only:
             return Topic(topic.name, topic.topic_id, topic.partitions, overrides)
         changed = self.topics.set_configs(topic.name, overrides)
         self._apply_configs(changed)
+        self.exchanges.configs_changed(changed)
         log.info("topic %r configs now %s", topic.name, overrides or "the defaults")
         return changed
 
@@ -421,7 +469,7 @@ class Broker:
         self.wake_all()
         self.logs.flush_for_close()
         snapshot = producer_state_file(self.partitions.values(), self._topic_ids())
-        self.logs.close(state_files={PRODUCER_STATE_FILE: snapshot})
+        self.logs.close(state_files={PRODUCER_STATE_FILE: snapshot, **self.exchanges.cursor_file()})
         self._dir_lock.release()
 
     def _topic_ids(self) -> dict[str, uuid.UUID]:

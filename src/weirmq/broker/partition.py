@@ -10,8 +10,10 @@ pipeline exists once:
          duplicate gets the offsets it got the first time and is not written again;
       3. append (offsets and the leader epoch assigned by the log);
       4. notify: wake every reader waiting on this partition, then the broker's append
-         listeners (statistics today; routing and queues next). No writer has to
-         remember to wake anyone;
+         listeners (statistics today; queues next). No writer has to remember to wake
+         anyone. On an exchange's partition, the batch was routed before step 3 (an
+         exchange may refuse unroutable records) and its copies are appended now
+         (`router`, broker/exchanges.py);
       5. return what was appended, and the offset the log must be fsynced below before
          the write may be acknowledged, if the durability asked for needs one.
 
@@ -45,6 +47,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from ..errors import ErrorCode, KafkaError
 from ..records.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchHeader, validate_batches
@@ -70,6 +73,16 @@ LEADER_EPOCH = 0
 
 AppendListener = Callable[[TopicPartition, int, int], None]
 """Called after every append with (partition, bytes appended, records appended)."""
+
+
+class PublishRouter(Protocol):
+    """What an exchange partition does with each batch published to it: `plan` before
+    the append (decode and route; raising refuses the batch unwritten), `deliver` after
+    it (append the copies). See broker/exchanges.py."""
+
+    def plan(self, records: bytes | memoryview) -> Any: ...
+
+    def deliver(self, plan: Any, base_offset: int) -> None: ...
 
 
 class Durability(enum.IntEnum):
@@ -123,6 +136,7 @@ class Partition:
         "log",
         "logs",
         "producers",
+        "router",
         "tp",
     )
 
@@ -147,6 +161,8 @@ class Partition:
         self.producers = producers if producers is not None else PartitionProducers()
         self._listeners = listeners
         self._waiters: list[asyncio.Future[None]] = []
+        self.router: PublishRouter | None = None
+        """Set on the partitions of an exchange (broker/exchanges.py): routes each batch."""
 
     def __repr__(self) -> str:
         return f"Partition({self.tp})"
@@ -192,10 +208,14 @@ class Partition:
                 None,
             )
         else:
+            router = self.router
+            plan = None if router is None else router.plan(records)  # may refuse the batch
             info = self.log.append(records, leader_epoch=self.leader_epoch, validated=headers)
             if idempotent:
                 self._record_sequence(header, info.base_offset, info.last_offset)
             self._appended(len(records), header.records_count)
+            if router is not None:
+                router.deliver(plan, info.base_offset)
             published = Published(
                 info.base_offset,
                 info.last_offset,
@@ -460,4 +480,3 @@ def wait_any(
                 partition.remove_waiter(waiter)
 
     return wait()
-

@@ -375,6 +375,33 @@ def decode_records(batch: bytes | memoryview) -> Iterator[tuple[int, bytes | Non
         yield header.base_offset + offset_delta, key, value
 
 
+def decode_full_records(batch: bytes | memoryview) -> Iterator[tuple[int, Record]]:
+    """(offset, record) of every record of one whole batch, headers included,
+    decompressing if needed; timestamps absolute (LogAppendTime: the batch's).
+
+    For the broker's routing, which copies records into other logs."""
+    header = parse_header(batch)
+    log_append_time = header.is_log_append_time
+    for offset_delta, ts_delta, payload, position, end in _records(header, batch):
+        key, position = _read_nullable(payload, position, end)
+        value, position = _read_nullable(payload, position, end)
+        count, position = _read_varint(payload, position)
+        if count < 0 or count > end - position:
+            raise InvalidRecordError(f"a record claims {count} headers")
+        headers = []
+        for _ in range(count):
+            name, position = _read_nullable(payload, position, end)
+            if name is None:
+                raise InvalidRecordError("a record header has a null name")
+            hvalue, position = _read_nullable(payload, position, end)
+            headers.append((name.decode("utf-8", errors="replace"), hvalue))
+        timestamp = header.max_timestamp if log_append_time else header.base_timestamp + ts_delta
+        yield (
+            header.base_offset + offset_delta,
+            Record(value=value, key=key, headers=tuple(headers), timestamp_ms=timestamp),
+        )
+
+
 def _records(
     header: BatchHeader, batch: bytes | memoryview
 ) -> Iterator[tuple[int, int, bytes, int, int]]:

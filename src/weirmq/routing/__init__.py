@@ -48,7 +48,7 @@ from .model import (
     HeaderValue,
     UnroutablePolicy,
 )
-from .router import Route, Router
+from .router import Route, Router, binding_document, binding_from_document
 
 __all__ = [
     "Binding",
@@ -72,4 +72,6 @@ __all__ = [
     "UnknownExchangeError",
     "UnroutableError",
     "UnroutablePolicy",
+    "binding_document",
+    "binding_from_document",
 ]

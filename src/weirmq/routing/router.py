@@ -145,6 +145,20 @@ class Router:
         self._changed()
         return True
 
+    def redefine(self, exchange: Exchange) -> None:
+        """Change an existing exchange's alternate and unroutable policy, keeping its
+        bindings (the broker's topic configs can change them; a declare cannot). Its type
+        never changes: `ExchangeConflictError`."""
+        vertex = self._vertex(exchange.name)
+        if vertex.exchange.type != exchange.type:
+            raise ExchangeConflictError(
+                f"exchange {exchange.name!r} is of type '{vertex.exchange.type}'; "
+                f"its type cannot change to '{exchange.type}'"
+            )
+        if vertex.exchange != exchange:
+            vertex.exchange = exchange
+            self._changed()
+
     def delete(self, name: str, if_unused: bool = False) -> tuple[Binding, ...]:
         """Delete exchange `name` and every binding from or to it; returns those bindings.
         With `if_unused`, an exchange that is the source of bindings is kept and
@@ -283,7 +297,7 @@ class Router:
         return {
             "version": DOCUMENT_VERSION,
             "exchanges": [_exchange_document(x) for x in self.exchanges()],
-            "bindings": [_binding_document(b) for b in self.bindings()],
+            "bindings": [binding_document(b) for b in self.bindings()],
         }
 
     @classmethod
@@ -297,7 +311,7 @@ class Router:
         for entry in _entries(document, "exchanges"):
             router.declare(_exchange_from(entry))
         for entry in _entries(document, "bindings"):
-            router.bind(_binding_from(entry))
+            router.bind(binding_from_document(entry))
         return router
 
     # -- internals ------------------------------------------------------------------------
@@ -369,7 +383,8 @@ def _exchange_document(exchange: Exchange) -> dict[str, object]:
     }
 
 
-def _binding_document(binding: Binding) -> dict[str, object]:
+def binding_document(binding: Binding) -> dict[str, object]:
+    """`binding` as plain JSON data (`binding_from_document` reads it back)."""
     return {
         "source": binding.source,
         "destination": binding.destination,
@@ -402,7 +417,8 @@ def _exchange_from(entry: Mapping[str, object]) -> Exchange:
     )
 
 
-def _binding_from(entry: Mapping[str, object]) -> Binding:
+def binding_from_document(entry: Mapping[str, object]) -> Binding:
+    """The binding `binding_document` wrote; ValueError or a routing error if malformed."""
     kind = _text(entry, "destination_kind")
     if kind not in DESTINATION_KINDS:
         raise ValueError(f"routing document: unknown destination kind {kind!r}")

@@ -104,6 +104,11 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()  # the flusher thread and the owner both write
         self._closed = False
         self._flushed_for_close: bool | None = None
+        self.periodic_state: Callable[[], Mapping[str, bytes]] | None = None
+        """The owner's state files that are true once everything appended before they
+        were taken is durable (the broker's routing cursors): taken on the flusher thread
+        before each periodic flush, written after it when the flush failed nowhere."""
+        self._periodic_written: Mapping[str, bytes] = {}
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._load()
         self.committer = GroupCommitter(
@@ -192,6 +197,7 @@ class LogManager:
 
     def _periodic_flush(self) -> None:
         try:
+            state = self.periodic_state() if self.periodic_state is not None else None
             due = [
                 lg for lg in self.logs().values() if lg.needs_flush and lg.offline_reason is None
             ]
@@ -203,7 +209,14 @@ class LogManager:
                     self.committer.flush_latency.observe(seconds)
                 for log_, exc in failed.items():
                     log.error("periodic flush of %s failed: %s", log_.directory.name, exc)
+                if failed:
+                    state = None
             self.write_checkpoints()
+            if state and state != self._periodic_written:
+                with self._checkpoint_lock:
+                    if not self._closed:
+                        write_files_atomically(self.data_dir, state)
+                        self._periodic_written = state
         except Exception:  # keep the flusher alive; the failing log is already offline
             log.exception("periodic flush failed")
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ....broker import configs
 from ....broker.configs import ConfigSource, ConfigType
 from ....broker.core import Broker
+from ....broker.exchanges import BINDINGS_CONFIG
 from ....broker.topics import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -375,8 +376,9 @@ def handle_alter_configs(
 
 def handle_incremental_alter_configs(
     broker: Broker, request: IncrementalAlterConfigsRequest, version: int, ctx: RequestContext
-) -> dict[str, Any]:
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     responses = []
+    bindings_changed = False
     for resource in request.resources:
         code, message = ErrorCode.none, None
         try:
@@ -385,10 +387,19 @@ def handle_incremental_alter_configs(
             broker.alter_topic_configs_ops(
                 resource.resource_name, ops, validate_only=bool(request.validate_only)
             )
+            bindings_changed |= any(name == BINDINGS_CONFIG for name, _, _ in ops)
         except KafkaError as exc:
             code, message = _error(exc)
         responses.append(_altered(resource, code, message))
+    if bindings_changed and not request.validate_only:
+        return _after_definitions_durable(broker, {"responses": responses})
     return {"responses": responses}
+
+
+async def _after_definitions_durable(broker: Broker, response: dict[str, Any]) -> dict[str, Any]:
+    """Answer once the binding changes are fsynced, as topic changes are before answering."""
+    await broker.exchanges.definitions_durable()
+    return response
 
 
 def _check_alterable(broker: Broker, resource: _Resource) -> None:

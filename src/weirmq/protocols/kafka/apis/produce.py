@@ -41,10 +41,19 @@ _NO_TIMESTAMP = -1
 class _Outcome:
     """One partition's answer, and what must be fsynced before it is given."""
 
-    __slots__ = ("base_offset", "error", "log_append_time_ms", "log_start_offset", "sync")
+    __slots__ = (
+        "base_offset",
+        "error",
+        "log_append_time_ms",
+        "log_start_offset",
+        "message",
+        "sync",
+    )
 
     def __init__(self) -> None:
         self.error = ErrorCode.none
+        self.message: str | None = None
+        """Why, for an error the client cannot retry (an exchange refusing the batch)."""
         self.base_offset = -1
         self.log_append_time_ms = _NO_TIMESTAMP
         self.log_start_offset = -1
@@ -106,6 +115,8 @@ def _publish(
             outcome.sync = (partition, published.durable_offset)
     except KafkaError as exc:
         outcome.error = exc.code
+        if not exc.retriable:
+            outcome.message = str(exc) or None
         if exc.code is ErrorCode.kafka_storage_error:
             log.error("produce to %s-%s failed: %s", topic_name, data.index, exc)
 
@@ -151,7 +162,7 @@ def _response(outcomes: list[tuple[str, list[tuple[int, _Outcome]]]]) -> dict[st
                         "log_append_time": o.log_append_time_ms,
                         "log_start_offset": o.log_start_offset,
                         "record_errors": [],
-                        "error_message": None,
+                        "error_message": o.message,
                     }
                     for index, o in partitions
                 ],

@@ -1,0 +1,767 @@
+"""Exchanges on the log: a topic that routes what is written to it, durably and replayably.
+
+An exchange is a topic whose `weirmq.exchange.type` config is set (CreateTopics, the CLI or
+the admin API set it when the topic is created; it never changes). Its partitions are the
+exchange's input log: a Kafka producer writes to the exchange's name as to any topic, and
+what it writes stays there, replayable, under the topic's retention. The graph itself
+(types, bindings, alternates, the route cache) is `weirmq.routing.Router`; this module
+persists it, feeds it the records, and appends the copies.
+
+Definitions
+-----------
+The exchange's type, alternate and unroutable policy are topic configs (`topics.json`, with
+the topic). Bindings are records of the internal topic `__weirmq_routing` (one partition,
+each record a bind or an unbind as JSON), replayed in order on start: appending a binding
+costs one small write whatever the number of bindings, where rewriting one file per bind
+would make 10,000 bindings cost 10,000 whole rewrites. A binding whose source or
+destination is gone when replayed is skipped; deleting a topic unbinds everything that
+leads to it, as deleting a queue does in RabbitMQ.
+
+The write path
+--------------
+Routing happens inside `Partition.publish` of an exchange partition, on the loop, in the
+same turn as the append (`ExchangeInput`, the partition's `router`):
+
+    plan     before the append: decode the batch, route every record (`Router.route`);
+             an exchange whose policy is `reject` refuses the whole batch, unwritten, when
+             any record has no destination (INVALID_RECORD, as Kafka refuses a batch);
+    append   the batch goes into the exchange's log as the producer sent it;
+    deliver  group the copies by destination partition (Kafka's murmur2 of the record key,
+             so keyed order holds per destination; keyless records of one batch go to one
+             partition, the next batch to the next) and append one batch per destination
+             partition, records as they were (key, value, headers, timestamp).
+
+So a routed record reaches its destinations before its producer is answered, routing lag is
+zero in steady state, and per key destinations see records in exchange order (appends are
+sequential on the loop). An idempotent producer's retry is recognised by the exchange
+partition and not routed again.
+
+Crashes
+-------
+A crash can fall between the exchange append and the copies, or between copies. The
+exchange's log is the source of truth: the broker re-routes, on start, everything after the
+*routing cursor* of each exchange partition (the offset below which every copy is
+durable), and skips what a destination already has:
+
+- The cursor file (`routing-cursor-checkpoint`, Kafka's checkpoint format) is written by
+  the storage flusher after each periodic flush, with the cursors read *before* that
+  flush; every copy below those cursors was appended before it, so it is durable when the
+  file is. A clean stop writes the exact cursors after the final flush.
+- Every copy is written with a producer id reserved for its exchange partition
+  (`routed_producer_id`: above 2**62, where the allocator never reaches) and sequence
+  numbers chosen so that a batch's last sequence is its last record's source offset (mod
+  2**31). The destination's producer state, which every partition rebuilds from its own
+  log after a crash, so remembers the last source offset it holds from each exchange
+  partition. Copies are appended in source order and a recovered log is a prefix of what
+  was written, so a destination holding source offset `s` holds every earlier copy meant
+  for it: re-routing skips, per destination, every offset up to that one.
+
+With acks=all the exchange's batch is fsynced before the producer is answered, so every
+copy exists or will exist after any crash, exactly once. (After an operating-system crash a
+destination may keep a copy of an acks=1 record the exchange lost: the copy's bytes reached
+the disk and the exchange's did not. It is not routed twice; later records are, since the
+dedup point never goes past the exchange's end.)
+
+What is not here yet: re-routing a range into a new binding (`weirmq exchanges replay`),
+compaction of the definitions log, copies compressed as their source was.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from murmurhash2 import murmurhash2
+
+from ..errors import KafkaError
+from ..records.batch import (
+    Record,
+    decode_full_records,
+    decode_records,
+    encode_batch,
+    parse_header,
+)
+from ..routing import (
+    Binding,
+    DestinationKind,
+    Exchange,
+    ExchangeType,
+    HeaderValue,
+    Route,
+    Router,
+    RoutingError,
+    UnknownExchangeError,
+    UnroutableError,
+    binding_document,
+    binding_from_document,
+)
+from ..storage.checkpoint import encode_offsets, read_offsets
+from ..storage.errors import StorageError
+from ..types import TopicPartition
+from . import configs
+from .partition import Partition
+from .scan import scan_batches
+
+if TYPE_CHECKING:
+    from .core import Broker
+    from .topics import Topic
+
+log = logging.getLogger(__name__)
+
+ROUTING_TOPIC = "__weirmq_routing"
+"""The internal topic holding every bind and unbind, in order."""
+ROUTING_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(8 << 20)}
+CURSORS_FILE = "routing-cursor-checkpoint"
+"""In the data directory: per exchange partition, the offset below which routing is done."""
+ROUTING_KEY_HEADER = "routing-key"
+"""A Kafka record's routing key is this header's value when present, else its key."""
+ROUTED_PRODUCER_ID_BASE = 1 << 62
+"""Copies carry producer ids from here up; the allocator counts up from 0 (see the
+module docstring, "Crashes")."""
+_PARTITION_BITS = 17  # PARTITIONS_MAX (100,000) < 2**17
+_TOPIC_ID_BITS = 62 - _PARTITION_BITS
+_SEQUENCE_MODULUS = 1 << 31
+MURMUR2_SEED = 0x9747B28C
+"""Kafka's default partitioner: murmur2(key, this seed) & 0x7fffffff, modulo partitions."""
+_BATCH_SEED = struct.Struct(">qi")
+COPY_BATCH_BYTES_MAX = 1 << 20
+"""A destination batch holds at most about this many bytes of records (a compressed
+source batch can hold far more once decompressed)."""
+
+
+def routed_producer_id(topic_id_int: int, partition: int) -> int:
+    """The producer id the copies from one exchange partition carry: stable across
+    restarts (derived from the topic id), and never one the allocator hands out."""
+    return (
+        ROUTED_PRODUCER_ID_BASE
+        | ((topic_id_int & ((1 << _TOPIC_ID_BITS) - 1)) << _PARTITION_BITS)
+        | partition
+    )
+
+
+def routing_key(record: Record) -> str:
+    """The `routing-key` header if the record has one, else its key, as text."""
+    for name, value in record.headers:
+        if name == ROUTING_KEY_HEADER and value is not None:
+            return value.decode("utf-8", errors="replace")
+    if record.key is None:
+        return ""
+    return record.key.decode("utf-8", errors="replace")
+
+
+class ExchangeStats:
+    """Totals since start for one exchange (metrics and `describe`)."""
+
+    __slots__ = ("alternate", "copies", "failed", "unroutable")
+
+    def __init__(self) -> None:
+        self.copies = 0
+        """Records appended to destinations (one record to three topics counts three)."""
+        self.unroutable = 0
+        """Records no binding routed, dropped (with the `reject` policy they are refused
+        and never written, so never counted here)."""
+        self.alternate = 0
+        """Records that went through an alternate exchange."""
+        self.failed = 0
+        """Copies a destination refused (its log offline); logged as errors."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeView:
+    """An exchange as `describe` shows it."""
+
+    exchange: Exchange
+    partitions: int
+    bindings: tuple[Binding, ...]
+    stats: ExchangeStats
+    lag_records: int
+    """Records appended to the exchange and not routed yet (0 but during recovery)."""
+
+
+_Plan = list[tuple[int, Record, Route]]
+"""(offset delta in the batch, record, its route) for every record of one batch."""
+
+
+class ExchangeInput:
+    """The routing of one exchange partition; `Partition.router` of that partition."""
+
+    __slots__ = ("_service", "partition", "producer_id")
+
+    def __init__(self, service: Exchanges, partition: Partition, producer_id: int) -> None:
+        self._service = service
+        self.partition = partition
+        self.producer_id = producer_id
+
+    def plan(self, records: bytes | memoryview) -> _Plan:
+        """Route every record of the batch about to be appended; raises `UnroutableError`
+        (nothing is written then) when one has no destination and the policy rejects."""
+        router = self._service.router
+        exchange = self.partition.tp.topic
+        plan: _Plan = []
+        for delta, record in decode_full_records(records):
+            route = router.route(exchange, routing_key(record), dict(record.headers))
+            if route.rejected:
+                raise UnroutableError(
+                    f"exchange {exchange!r} routes no record with routing key "
+                    f"{routing_key(record)!r} and refuses unroutable records"
+                )
+            plan.append((delta, record, route))
+        return plan
+
+    def deliver(self, plan: _Plan, base_offset: int) -> None:
+        """Append the copies of a batch the exchange has just appended at `base_offset`."""
+        routed = [(base_offset + d, r, route) for d, r, route in plan]
+        self._service.deliver(self, base_offset, routed)
+
+
+class Exchanges:
+    """Every exchange of one broker; see the module docstring."""
+
+    def __init__(self, broker: Broker, data_dir: Path) -> None:
+        self._broker = broker
+        self._data_dir = data_dir
+        self.router = Router()
+        self.stats: dict[str, ExchangeStats] = {}
+        self._inputs: dict[TopicPartition, ExchangeInput] = {}
+        self.cursors: dict[TopicPartition, int] = {}
+        """Per exchange partition, the offset routing has reached (see "Crashes")."""
+        self._loaded_cursors = read_offsets(data_dir / CURSORS_FILE)
+
+    # --- start ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Declare the exchanges of the topics, replay the bindings, then re-route what a
+        crash left unrouted. Called once, after every partition is open."""
+        for topic in self._broker.topics:
+            if topic.configs.get(configs.EXCHANGE_TYPE):
+                self._declare(topic)
+        self._replay_bindings()
+        for exchange_input in self._inputs.values():
+            self._recover(exchange_input)
+
+    def _replay_bindings(self) -> None:
+        partition = self._broker.partition(ROUTING_TOPIC, 0)
+        if partition is None or partition.offline_reason is not None:
+            return
+        applied = 0
+        try:
+            for batch in scan_batches(partition.log, partition.log_start_offset):
+                for _offset, _key, value in decode_records(batch):
+                    applied += self._replay_one(value)
+        except (StorageError, KafkaError) as exc:
+            log.error("%s: replay stopped early: %s", ROUTING_TOPIC, exc)
+        if applied:
+            log.info("routing: %d binding change(s) replayed", applied)
+
+    def _replay_one(self, value: bytes | None) -> int:
+        try:
+            change = json.loads(value or b"")
+            binding = binding_from_document(change["binding"])
+            if change["op"] == "bind":
+                if self._destination_kind(binding.destination) is None:
+                    return 0  # the destination was deleted without its unbind
+                self.router.bind(binding)
+            else:
+                self.router.unbind(binding)
+        except UnknownExchangeError:
+            return 0  # the source was deleted
+        except (ValueError, KeyError, TypeError, RoutingError) as exc:
+            log.error("%s: skipping a malformed record: %s", ROUTING_TOPIC, exc)
+            return 0
+        return 1
+
+    # --- topics becoming and ceasing to be exchanges --------------------------------------
+
+    def topic_created(self, topic: Topic) -> None:
+        """A new topic: declared as an exchange if it has the type config."""
+        if topic.configs.get(configs.EXCHANGE_TYPE):
+            self._declare(topic)
+
+    def _declare(self, topic: Topic) -> None:
+        self.router.declare(exchange_of(topic.name, topic.configs))
+        self.stats.setdefault(topic.name, ExchangeStats())
+        self.partitions_added(topic)
+
+    def partitions_added(self, topic: Topic) -> None:
+        """Give every partition of an exchange topic its `ExchangeInput` (new ones too)."""
+        if topic.name not in self.router:
+            return
+        for index in range(topic.partitions):
+            tp = TopicPartition(topic.name, index)
+            partition = self._broker.partitions.get(tp)
+            if partition is None or tp in self._inputs:
+                continue
+            producer_id = routed_producer_id(topic.topic_id.int, index)
+            partition.router = self._inputs[tp] = ExchangeInput(self, partition, producer_id)
+            self.cursors[tp] = self._loaded_cursors.get(tp, partition.log_start_offset)
+
+    def check_configs(self, topic: Topic, new: Mapping[str, str]) -> None:
+        """Refuse config changes that would change what a topic is: the type is set when
+        the topic is created and never changes (InvalidConfigError)."""
+        before = topic.configs.get(configs.EXCHANGE_TYPE, "")
+        after = new.get(configs.EXCHANGE_TYPE, "")
+        if before != after:
+            raise configs.InvalidConfigError(
+                f"{configs.EXCHANGE_TYPE} is set when a topic is created and never changes "
+                f"(topic {topic.name!r} is {before or 'a plain topic'!r}, asked {after!r})"
+            )
+        if after:
+            exchange_of(topic.name, new)  # refuses what the router would
+
+    def configs_changed(self, topic: Topic) -> None:
+        """An exchange's alternate or unroutable policy changed."""
+        if topic.name in self.router:
+            self.router.redefine(exchange_of(topic.name, topic.configs))
+
+    def topic_deleted(self, name: str) -> None:
+        """Forget an exchange, or every binding to a deleted topic."""
+        if name in self.router:
+            removed = self.router.delete(name)
+            for tp in [tp for tp in self._inputs if tp.topic == name]:
+                del self._inputs[tp]
+                self.cursors.pop(tp, None)
+            self.stats.pop(name, None)
+        else:
+            removed = tuple(b for b in self.router.bindings() if b.destination == name)
+            for binding in removed:
+                self.router.unbind(binding)
+        if removed:
+            self._write_changes("unbind", removed)
+
+    # --- bindings ------------------------------------------------------------------------
+
+    def bind(
+        self,
+        source: str,
+        destination: str,
+        *,
+        key: str = "",
+        arguments: Mapping[str, HeaderValue] | None = None,
+        expression: str | None = None,
+    ) -> tuple[Binding, bool]:
+        """Bind `destination` (a topic or an exchange) to exchange `source`; returns the
+        binding and whether it is new. Raises a KafkaError saying what is wrong. Durable
+        once `definitions_durable` returns."""
+        kind = self._destination_kind(destination)
+        if kind is None:
+            raise UnknownExchangeError(f"no topic or exchange {destination!r} to bind to")
+        binding = Binding(source, destination, kind, key, arguments or {}, expression)
+        if not self.router.bind(binding):
+            return binding, False
+        try:
+            self._write_changes("bind", (binding,))
+        except BaseException:
+            self.router.unbind(binding)
+            raise
+        return binding, True
+
+    def unbind(self, binding: Binding) -> bool:
+        """Remove a binding; True if it existed."""
+        if not self.router.unbind(binding):
+            return False
+        try:
+            self._write_changes("unbind", (binding,))
+        except BaseException:
+            self.router.bind(binding)
+            raise
+        return True
+
+    def bindings_config(self, name: str) -> configs.ConfigEntry | None:
+        """`BINDINGS_CONFIG` of exchange `name` as DescribeConfigs shows it (None for a
+        plain topic)."""
+        if name not in self.router:
+            return None
+        value = ",".join(binding_spec(b) for b in self.router.bindings(name))
+        source = configs.ConfigSource.DYNAMIC_TOPIC_CONFIG
+        return configs.ConfigEntry(
+            name=BINDINGS_CONFIG,
+            value=value,
+            source=source,
+            read_only=False,
+            sensitive=False,
+            type=configs.ConfigType.LIST.name,
+            documentation=(
+                "the exchange's bindings, one item each: DEST, DEST?key=PATTERN, "
+                "DEST?match=EXPRESSION or DEST?x-match=all&NAME=VALUE (docs/routing.md)"
+            ),
+            synonyms=((BINDINGS_CONFIG, value, source),),
+        )
+
+    def alter_bindings(
+        self, name: str, ops: Sequence[tuple[int, str | None]], *, validate_only: bool = False
+    ) -> bool:
+        """Apply IncrementalAlterConfigs operations on `BINDINGS_CONFIG` of exchange
+        `name`, in order; every item is checked before anything changes. Returns whether
+        a binding changed (then `definitions_durable` makes it durable)."""
+        if name not in self.router:
+            raise configs.InvalidConfigError(
+                f"{BINDINGS_CONFIG} applies to exchanges; {name!r} is a plain topic"
+            )
+        exchange = self.router.exchange(name)
+        current = self.router.bindings(name)
+        target: dict[Binding, None] = dict.fromkeys(current)
+        for op, value in ops:
+            if op == configs.AlterOp.DELETE:
+                target = {}
+                continue
+            if value is None:
+                raise configs.InvalidConfigError(f"{BINDINGS_CONFIG} needs a value (null given)")
+            items = [
+                parse_binding_spec(exchange, item, self._destination_kind)
+                for item in value.split(",")
+                if item.strip()
+            ]
+            if op == configs.AlterOp.SET:
+                target = dict.fromkeys(items)
+            elif op == configs.AlterOp.APPEND:
+                target.update(dict.fromkeys(items))
+            elif op == configs.AlterOp.SUBTRACT:
+                for item in items:
+                    target.pop(item, None)
+            else:
+                raise configs.InvalidConfigError(f"unknown config operation {op}")
+        removed = [b for b in current if b not in target]
+        added = [b for b in target if b not in dict.fromkeys(current)]
+        for binding in added:  # the router's own checks (expression, x-match, cycles) first
+            if self.router.bind(binding):
+                self.router.unbind(binding)
+        if validate_only:
+            return False
+        for binding in removed:
+            self.unbind(binding)
+        for binding in added:
+            self.bind(
+                binding.source,
+                binding.destination,
+                key=binding.key,
+                arguments=dict(binding.arguments),
+                expression=binding.expression,
+            )
+        return bool(removed or added)
+
+    def _destination_kind(self, name: str) -> DestinationKind | None:
+        if name in self.router:
+            return "exchange"
+        if self._broker.topics.get(name) is not None and name not in _INTERNAL:
+            return "topic"
+        return None
+
+    def _write_changes(self, op: str, bindings: Iterable[Binding]) -> None:
+        values = [
+            json.dumps({"op": op, "binding": binding_document(b)}, sort_keys=True).encode()
+            for b in bindings
+        ]
+        partition = self._routing_partition()
+        now = self._broker.clock()
+        for start in range(0, len(values), 500):
+            chunk = values[start : start + 500]
+            partition.append_internal(encode_batch([Record(v, b"binding", (), now) for v in chunk]))
+
+    def _routing_partition(self) -> Partition:
+        found = self._broker.partition(ROUTING_TOPIC, 0)
+        if found is None:
+            self._broker.create_topic(ROUTING_TOPIC, 1, ROUTING_TOPIC_CONFIGS)
+            found = self._broker.partition(ROUTING_TOPIC, 0)
+            assert found is not None
+        return found
+
+    async def definitions_durable(self) -> None:
+        """Return once every binding change made so far is fsynced."""
+        partition = self._broker.partition(ROUTING_TOPIC, 0)
+        if partition is not None:
+            await partition.durable(partition.log_end_offset)
+
+    # --- routing -------------------------------------------------------------------------
+
+    def deliver(
+        self,
+        source: ExchangeInput,
+        base_offset: int,
+        routed: list[tuple[int, Record, Route]],
+        held: dict[TopicPartition, int] | None = None,
+    ) -> None:
+        """Append the copies of one source batch (appended at `base_offset`; `routed`
+        holds (source offset, record, route) in offset order) to their destination
+        partitions, and move the source's cursor past it. With `held` (recovery), skip
+        what each destination already holds (`_held_offset`, cached in `held`)."""
+        if not routed:
+            return
+        stats = self.stats[source.partition.tp.topic]
+        copies: dict[TopicPartition, list[tuple[int, Record]]] = {}
+        keyless: dict[str, int | None] = {}
+        for offset, record, route in routed:
+            if route.alternates_used:
+                stats.alternate += 1
+            if not route.topics:
+                stats.unroutable += 1
+                continue
+            for topic in route.topics:
+                if record.key is None:
+                    if topic not in keyless:
+                        keyless[topic] = self._keyless_index(source, topic, base_offset)
+                    index = keyless[topic]
+                else:
+                    index = self._keyed_index(topic, record.key)
+                if index is not None:
+                    copies.setdefault(TopicPartition(topic, index), []).append((offset, record))
+        for tp, records in copies.items():
+            after = -1
+            if held is not None:
+                if tp not in held:
+                    held[tp] = self._held_offset(source, tp, source.partition.log_end_offset)
+                after = held[tp]
+            stats.copies += self._append_copies(source, tp, records, after=after)
+        self.cursors[source.partition.tp] = routed[-1][0] + 1
+
+    def _keyed_index(self, topic: str, key: bytes) -> int | None:
+        """Kafka's default partitioner, so keyed order holds per destination partition."""
+        found = self._broker.topics.get(topic)
+        if found is None:
+            return None
+        return (murmurhash2(key, MURMUR2_SEED) & 0x7FFFFFFF) % found.partitions
+
+    def _keyless_index(self, source: ExchangeInput, topic: str, base_offset: int) -> int | None:
+        """Where a source batch's keyless records go in `topic`: one partition per batch
+        (big destination batches, like Kafka's sticky partitioner), chosen from the batch's
+        offset so that re-routing after a crash chooses the same one."""
+        found = self._broker.topics.get(topic)
+        if found is None:
+            return None
+        seed = _BATCH_SEED.pack(base_offset, source.partition.tp.partition)
+        return (murmurhash2(seed, MURMUR2_SEED) & 0x7FFFFFFF) % found.partitions
+
+    def _append_copies(
+        self,
+        source: ExchangeInput,
+        tp: TopicPartition,
+        records: list[tuple[int, Record]],
+        *,
+        after: int = -1,
+    ) -> int:
+        """Append the records to `tp` (those with a source offset above `after` only), in
+        batches of at most `COPY_BATCH_BYTES_MAX`; returns how many were appended."""
+        partition = self._broker.partitions.get(tp)
+        if partition is None:
+            return 0
+        pending = [(o, r) for o, r in records if o > after]
+        appended = 0
+        now = self._broker.clock()
+        for chunk in _chunks(pending):
+            last_source = chunk[-1][0]
+            base_sequence = (last_source - len(chunk) + 1) % _SEQUENCE_MODULUS
+            batch = encode_batch(
+                [r for _, r in chunk],
+                producer_id=source.producer_id,
+                producer_epoch=0,
+                base_sequence=base_sequence,
+            )
+            try:
+                last = partition.append_internal(batch)
+            except KafkaError as exc:
+                self.stats[source.partition.tp.topic].failed += len(chunk)
+                log.error("routing %s into %s failed: %s", source.partition.tp, tp, exc)
+                return appended
+            partition.producers.replay_batch(
+                source.producer_id,
+                0,
+                base_sequence,
+                last_source % _SEQUENCE_MODULUS,
+                last - len(chunk) + 1,
+                last,
+                now,
+            )
+            appended += len(chunk)
+        return appended
+
+    def _recover(self, source: ExchangeInput) -> None:
+        """Re-route what follows the cursor, skipping what destinations already hold."""
+        partition = source.partition
+        tp = partition.tp
+        start = max(self.cursors.get(tp, 0), partition.log_start_offset)
+        end = partition.log_end_offset
+        self.cursors[tp] = start
+        if start >= end or partition.offline_reason is not None:
+            return
+        held: dict[TopicPartition, int] = {}
+        copies_before = self.stats[tp.topic].copies
+        try:
+            for batch in scan_batches(partition.log, start):
+                routed = [
+                    (offset, record, route)
+                    for offset, record in decode_full_records(batch)
+                    if offset >= start and (route := self._reroute(tp.topic, record)) is not None
+                ]
+                self.deliver(source, parse_header(batch).base_offset, routed, held)
+        except (StorageError, KafkaError) as exc:
+            log.error("routing recovery of %s stopped early: %s", tp, exc)
+        self.cursors[tp] = end
+        log.info(
+            "routing: %s re-routed offsets %d..%d (%d copies written)",
+            tp, start, end - 1, self.stats[tp.topic].copies - copies_before,
+        )  # fmt: skip
+
+    def _reroute(self, exchange: str, record: Record) -> Route | None:
+        try:
+            return self.router.route(exchange, routing_key(record), dict(record.headers))
+        except RoutingError:  # a record accepted under other definitions: not routed
+            return None
+
+    def _held_offset(self, source: ExchangeInput, tp: TopicPartition, end: int) -> int:
+        """The last source offset of `source` that destination `tp` holds (-1: none
+        known): from its producer state, its sequence (mod 2**31) read as the offset
+        nearest the exchange's end, never past it (see "Crashes")."""
+        partition = self._broker.partitions.get(tp)
+        entry = None if partition is None else partition.producers.entry(source.producer_id)
+        if entry is None or not entry.batches:
+            return -1
+        last_seq = entry.last_seq
+        top = end - 1
+        below = top - ((top - last_seq) % _SEQUENCE_MODULUS)  # the nearest at or below top
+        above = below + _SEQUENCE_MODULUS
+        return top if above - top < top - below else below
+
+    # --- views and checkpoints -----------------------------------------------------------
+
+    def cursor_file(self) -> dict[str, bytes]:
+        """The cursors as the checkpoint file's bytes. Called on the flusher thread before
+        a periodic flush (a dict copy is atomic under the GIL) and at a clean stop."""
+        return {CURSORS_FILE: encode_offsets(dict(self.cursors))}
+
+    def describe(self, name: str) -> ExchangeView:
+        exchange = self.router.exchange(name)
+        topic = self._broker.known_topic(name)
+        lag = 0
+        for index in range(topic.partitions):
+            tp = TopicPartition(name, index)
+            partition = self._broker.partitions.get(tp)
+            if partition is not None:
+                lag += max(0, partition.log_end_offset - self.cursors.get(tp, 0))
+        return ExchangeView(
+            exchange,
+            topic.partitions,
+            self.router.bindings(name),
+            self.stats.setdefault(name, ExchangeStats()),
+            lag,
+        )
+
+
+# --- bindings as a topic config ---------------------------------------------------------------
+
+BINDINGS_CONFIG = "weirmq.exchange.bindings"
+"""An exchange's bindings as a Kafka list config: one item per binding (`binding_spec`),
+so any Kafka AdminClient reads them with DescribeConfigs and changes them with
+IncrementalAlterConfigs (APPEND binds, SUBTRACT unbinds, SET replaces, DELETE unbinds all).
+Not stored with the topic's configs: the bindings log is the truth, this is a view of it."""
+_ESCAPES = {"%": "%25", ",": "%2C", "&": "%26", "=": "%3D"}
+
+
+def _escape(text: str, *, keep_equals: bool = False) -> str:
+    for char, escaped in _ESCAPES.items():
+        if not (keep_equals and char == "="):
+            text = text.replace(char, escaped)
+    return text
+
+
+def binding_spec(binding: Binding) -> str:
+    """One binding as an item of `BINDINGS_CONFIG`:
+
+        DEST                                  fanout
+        DEST?key=eu.#                         direct and topic: the binding key
+        DEST?match=amount > 100               content: the expression
+        DEST?x-match=any&region=eu&urgent     headers: arguments (no value: presence only)
+
+    `%`, `,`, `&` and (in names) `=` are percent-encoded, so an item never holds the comma
+    that separates list items."""
+    params: list[str] = []
+    if binding.expression is not None:
+        params.append("match=" + _escape(binding.expression, keep_equals=True))
+    elif binding.arguments:
+        for name, value in binding.arguments.items():
+            shown = _escape(name)
+            if value is not None:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                shown += "=" + _escape(text, keep_equals=True)
+            params.append(shown)
+    elif binding.key or "?" in binding.destination:
+        params.append("key=" + _escape(binding.key, keep_equals=True))
+    return binding.destination + ("?" + "&".join(params) if params else "")
+
+
+def parse_binding_spec(
+    source: Exchange, spec: str, kind_of: Callable[[str], DestinationKind | None]
+) -> Binding:
+    """The binding an item of `BINDINGS_CONFIG` describes, from exchange `source`; raises
+    InvalidConfigError (or a routing error) saying what is wrong with it."""
+    destination, _, query = spec.strip().partition("?")
+    destination = unquote(destination)
+    kind = kind_of(destination)
+    if kind is None:
+        raise configs.InvalidConfigError(
+            f"binding {spec!r}: no topic or exchange {destination!r} to bind to"
+        )
+    params: dict[str, str | None] = {}
+    for part in query.split("&") if query else ():
+        name, equals, value = part.partition("=")
+        params[unquote(name)] = unquote(value) if equals else None
+    expected = _PARAMS[source.type]
+    if expected is not None:
+        unknown = sorted(set(params) - {expected})
+        if unknown:
+            raise configs.InvalidConfigError(
+                f"binding {spec!r}: a {source.type} exchange's binding takes "
+                + (f"only '{expected}=...'" if expected else "no parameters")
+                + f", not {', '.join(map(repr, unknown))}"
+            )
+    if source.type is ExchangeType.CONTENT:
+        expression = params.get("match")
+        if not expression:
+            raise configs.InvalidConfigError(
+                f"binding {spec!r}: a content exchange's binding needs match=EXPRESSION"
+            )
+        return Binding(source.name, destination, kind, expression=expression)
+    if source.type is ExchangeType.HEADERS:
+        return Binding(source.name, destination, kind, arguments=params)
+    return Binding(source.name, destination, kind, key=params.get("key") or "")
+
+
+_PARAMS: dict[ExchangeType, str | None] = {
+    ExchangeType.DIRECT: "key",
+    ExchangeType.TOPIC: "key",
+    ExchangeType.FANOUT: "",
+    ExchangeType.CONTENT: "match",
+    ExchangeType.HEADERS: None,  # every parameter is an argument
+}
+
+
+_INTERNAL = frozenset({ROUTING_TOPIC, "__consumer_offsets"})
+
+
+def exchange_of(name: str, topic_configs: Mapping[str, str]) -> Exchange:
+    """The `Exchange` a topic's configs define."""
+    return Exchange(
+        name,
+        ExchangeType(topic_configs[configs.EXCHANGE_TYPE]),
+        topic_configs.get(configs.EXCHANGE_ALTERNATE) or None,
+        "reject" if topic_configs.get(configs.EXCHANGE_UNROUTABLE) == "reject" else "drop",
+    )
+
+
+def _chunks(records: list[tuple[int, Record]]) -> Iterable[list[tuple[int, Record]]]:
+    chunk: list[tuple[int, Record]] = []
+    size = 0
+    for item in records:
+        record = item[1]
+        record_bytes = len(record.value or b"") + len(record.key or b"") + 16
+        if chunk and size + record_bytes > COPY_BATCH_BYTES_MAX:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += record_bytes
+    if chunk:
+        yield chunk
