@@ -77,6 +77,7 @@ class ProduceSpec:
     round_robin_partitions: int | None = None  # set: send message i to partition i % n
     stamp: bool = False  # latency: the send time in the value's first 8 bytes
     count_partitions: bool = False  # report how many partitions received messages
+    keys: tuple[bytes, ...] = ()  # set: message i has key keys[i % len(keys)]
     flush_timeout_s: float = 60.0
 
 
@@ -152,7 +153,7 @@ def _send(producer: Any, spec: ProduceSpec, on_delivery: Callable[..., None],
     value = os.urandom(spec.value_bytes)  # random, so that no codec could shrink it
     padding = value[STAMP.size:]
     deadline = start + spec.duration_s
-    rate, partitions = spec.rate_per_s, spec.round_robin_partitions
+    rate, partitions, keys = spec.rate_per_s, spec.round_robin_partitions, spec.keys
     limit = spec.max_messages if spec.max_messages is not None else 1 << 62
     sent = 0
     while sent < limit:
@@ -167,7 +168,9 @@ def _send(producer: Any, spec: ProduceSpec, on_delivery: Callable[..., None],
         if spec.stamp:
             value = STAMP.pack(time.monotonic_ns()) + padding
         try:
-            if partitions is None:
+            if keys:
+                produce(topic, value, keys[sent % len(keys)], on_delivery=on_delivery)
+            elif partitions is None:
                 produce(topic, value, on_delivery=on_delivery)
             else:
                 produce(topic, value, partition=sent % partitions, on_delivery=on_delivery)

@@ -660,6 +660,109 @@ def rebalances(run: Run) -> dict[str, Any]:
     }
 
 
+ROUTING_DESTINATIONS = 10
+
+
+def routing_plan(quick: bool) -> list[int]:
+    """Bindings of the topic exchange, per case (issue 18's two)."""
+    return [10, 10_000]
+
+
+def _routing_keys(bindings: int) -> tuple[list[str], tuple[bytes, ...]]:
+    """(binding specs, record keys) such that every key matches exactly one binding:
+    with 10 bindings, `r{i}.*` over 100 keys each; with more, one exact pattern per key."""
+    per = bindings // ROUTING_DESTINATIONS
+    if bindings <= ROUTING_DESTINATIONS:
+        specs = [f"route-{i}?key=r{i}.*" for i in range(bindings)]
+        keys = [f"r{i}.k{j}" for j in range(100) for i in range(bindings)]
+    else:
+        specs = [f"route-{i}?key=r{i}.k{j}" for i in range(ROUTING_DESTINATIONS)
+                 for j in range(per)]
+        keys = [f"r{i}.k{j}" for j in range(per) for i in range(ROUTING_DESTINATIONS)]
+    return specs, tuple(key.encode() for key in keys)
+
+
+def _declare_exchange(target: Target, name: str, specs: list[str]) -> None:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})  # alive until answered
+    topics = [NewTopic(name, 1, 1, config={"weirmq.exchange.type": "topic"})]
+    topics += [NewTopic(f"route-{i}", 1, 1) for i in range(ROUTING_DESTINATIONS)]
+    for future in admin.create_topics(topics, operation_timeout=60).values():
+        future.result()
+    entry = ConfigEntry("weirmq.exchange.bindings", ",".join(specs),
+                        incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource], request_timeout=120).values():
+        future.result()
+
+
+def _routed_records(target: Target) -> int:
+    """Records in the destination topics (their high watermarks)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": target.bootstrap, "group.id": "bench-routing"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(f"route-{i}", 0),
+                                                  timeout=30)[1]
+                   for i in range(ROUTING_DESTINATIONS))
+    finally:
+        consumer.close()
+
+
+def routing(run: Run) -> dict[str, Any]:
+    """Issue 18: records/s into destinations through a topic exchange, against plain produce.
+
+    One producer process, 1 KB records with keys, acks=1, librdkafka's default batching.
+    Plain: to a topic of one partition. Routed: to a topic exchange of one partition with
+    10 and with 10,000 bindings spread over 10 destination topics, every key matching
+    exactly one binding; routing is done before a produce is answered, so the copies in
+    the destinations are counted at the end and must equal what was acknowledged.
+    """
+    duration_s = 3.0 if run.quick else 8.0
+    config = {"acks": "1"}
+    keys_10 = _routing_keys(10)[1]
+    cases = []
+
+    def plain() -> dict[str, Any]:
+        with run.broker() as target:
+            topic, _ = create_topic(target, 1, "plain")
+            figures = measure_produce(run, target, topic, KB, 1, duration_s, config,
+                                      keys=keys_10)
+        return {"bindings": 0, "routed_per_s": figures["messages_per_s"], **figures}
+
+    cases.append(_case(run, "plain", plain))
+    for bindings in routing_plan(run.quick):
+
+        def routed(bindings: int = bindings) -> dict[str, Any]:
+            specs, keys = _routing_keys(bindings)
+            with run.broker() as target:
+                _declare_exchange(target, "bench-exchange", specs)
+                figures = measure_produce(run, target, "bench-exchange", KB, 1, duration_s,
+                                          config, keys=keys)
+                copies = _routed_records(target)
+            if copies != figures["messages"]:
+                raise RuntimeError(f"{figures['messages']} records acknowledged, "
+                                   f"{copies} in the destinations")
+            return {"bindings": bindings, "routed": copies,
+                    "routed_per_s": copies / figures["seconds"], **figures}
+
+        cases.append(_case(run, f"topic exchange, {bindings:,} bindings", routed))
+    return {
+        "description": "one producer, 1 KB records with keys, acks=1, librdkafka's default "
+                       "batching, as fast as it can: to a plain topic, and to a topic exchange "
+                       "with 10 and 10,000 bindings over 10 destination topics (each record "
+                       "routed to exactly one); 'routed_per_s': records/s into destinations",
+        "params": {"duration_s": duration_s, "value_bytes": KB, "producer_config": config,
+                   "destinations": ROUTING_DESTINATIONS},
+        "cases": cases,
+    }
+
+
 WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "startup": startup,
     "idle": idle,
@@ -669,5 +772,6 @@ WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "latency": latency,
     "partitions": partitions,
     "stop": stop,
+    "routing": routing,
     "rebalance": rebalances,
 }

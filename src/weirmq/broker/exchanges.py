@@ -81,11 +81,13 @@ from murmurhash2 import murmurhash2
 
 from ..errors import KafkaError
 from ..records.batch import (
+    BatchHeader,
     Record,
-    decode_full_records,
+    RecordSpan,
+    copy_batch,
     decode_records,
     encode_batch,
-    parse_header,
+    record_spans,
 )
 from ..routing import (
     Binding,
@@ -145,14 +147,14 @@ def routed_producer_id(topic_id_int: int, partition: int) -> int:
     )
 
 
-def routing_key(record: Record) -> str:
+def span_routing_key(span: RecordSpan) -> str:
     """The `routing-key` header if the record has one, else its key, as text."""
-    for name, value in record.headers:
+    for name, value in span.headers:
         if name == ROUTING_KEY_HEADER and value is not None:
             return value.decode("utf-8", errors="replace")
-    if record.key is None:
+    if span.key is None:
         return ""
-    return record.key.decode("utf-8", errors="replace")
+    return span.key.decode("utf-8", errors="replace")
 
 
 class ExchangeStats:
@@ -184,40 +186,109 @@ class ExchangeView:
     """Records appended to the exchange and not routed yet (0 but during recovery)."""
 
 
-_Plan = list[tuple[int, Record, Route]]
-"""(offset delta in the batch, record, its route) for every record of one batch."""
+@dataclass(slots=True)
+class _Batch:
+    """One source batch being routed: its records' spans, and each one's route (None: a
+    record recovery could not route under today's definitions)."""
+
+    header: BatchHeader
+    payload: bytes
+    spans: list[RecordSpan]
+    routes: list[Route | None]
+
+
+ROUTE_MEMO_ENTRIES = 16_384
+"""Per exchange partition, routes of header-less records remembered by raw key."""
 
 
 class ExchangeInput:
-    """The routing of one exchange partition; `Partition.router` of that partition."""
+    """The routing of one exchange partition; `Partition.router` of that partition.
 
-    __slots__ = ("_service", "partition", "producer_id")
+    It remembers the route of each raw key it saw on records without headers (`_memo`, a
+    plain dict, emptied when the definitions change or it fills): such a route depends on
+    the key alone, and the lookup costs less than decoding the key and asking the router."""
+
+    __slots__ = (
+        "_generation",
+        "_memo",
+        "_service",
+        "destination_memo",
+        "partition",
+        "producer_id",
+    )
 
     def __init__(self, service: Exchanges, partition: Partition, producer_id: int) -> None:
         self._service = service
         self.partition = partition
         self.producer_id = producer_id
+        self._memo: dict[bytes | None, Route] = {}
+        self.destination_memo: dict[bytes, tuple[tuple[str, int], ...]] = {}
+        """Per raw key of a header-less record: its (topic, partition) destinations."""
+        self._generation = -1
 
-    def plan(self, records: bytes | memoryview) -> _Plan:
+    def plan(self, records: bytes | memoryview) -> _Batch:
         """Route every record of the batch about to be appended; raises `UnroutableError`
         (nothing is written then) when one has no destination and the policy rejects."""
-        router = self._service.router
-        exchange = self.partition.tp.topic
-        plan: _Plan = []
-        for delta, record in decode_full_records(records):
-            route = router.route(exchange, routing_key(record), dict(record.headers))
-            if route.rejected:
-                raise UnroutableError(
-                    f"exchange {exchange!r} routes no record with routing key "
-                    f"{routing_key(record)!r} and refuses unroutable records"
-                )
-            plan.append((delta, record, route))
-        return plan
+        header, payload, spans = record_spans(records)
+        self._check_memo()
+        memo = self._memo
+        routes: list[Route | None] = []
+        append = routes.append
+        for span in spans:
+            route = None if span.headers else memo.get(span.key)
+            if route is None:
+                route = self.route(span)
+            append(route)
+        if self._service.router.exchange(self.partition.tp.topic).unroutable == "reject":
+            for span, route in zip(spans, routes, strict=True):
+                if route is not None and route.rejected:
+                    raise UnroutableError(
+                        f"exchange {self.partition.tp.topic!r} routes no record with routing "
+                        f"key {span_routing_key(span)!r} and refuses unroutable records"
+                    )
+        return _Batch(header, payload, spans, routes)
 
-    def deliver(self, plan: _Plan, base_offset: int) -> None:
+    def _check_memo(self) -> None:
+        """Empty the memos when the definitions or the topics changed, or they are full."""
+        generation = self._service.router.generation + self._service.topology
+        if self._generation != generation or len(self._memo) >= ROUTE_MEMO_ENTRIES:
+            self._memo.clear()
+            self.destination_memo.clear()
+            self._generation = generation
+
+    def route(self, span: RecordSpan) -> Route:
+        """Where one record goes (raises a RoutingError, e.g. for a too long key)."""
+        router = self._service.router
+        if span.headers:
+            headers = dict(span.headers)
+            return router.route(self.partition.tp.topic, span_routing_key(span), headers)
+        self._check_memo()
+        route = self._memo.get(span.key)
+        if route is None:
+            route = router.route(self.partition.tp.topic, span_routing_key(span))
+            self._memo[span.key] = route
+        return route
+
+    def destinations(self, span: RecordSpan, route: Route) -> tuple[tuple[str, int], ...]:
+        """The (topic, partition) pairs a keyed record goes to: Kafka's default
+        partitioner over each topic's partitions, remembered per key for records without
+        headers (whose route, found by `route` just before, depends on the key alone)."""
+        key = span.key
+        assert key is not None
+        if not span.headers:
+            found = self.destination_memo.get(key)
+            if found is not None:
+                return found
+        topics = self._service.topic_partitions
+        hashed = murmurhash2(key, MURMUR2_SEED) & 0x7FFFFFFF
+        pairs = tuple((t, hashed % topics[t]) for t in route.topics if t in topics)
+        if not span.headers:
+            self.destination_memo[key] = pairs
+        return pairs
+
+    def deliver(self, plan: _Batch, base_offset: int) -> None:
         """Append the copies of a batch the exchange has just appended at `base_offset`."""
-        routed = [(base_offset + d, r, route) for d, r, route in plan]
-        self._service.deliver(self, base_offset, routed)
+        self._service.deliver(self, plan, base_offset)
 
 
 class Exchanges:
@@ -231,6 +302,10 @@ class Exchanges:
         self._inputs: dict[TopicPartition, ExchangeInput] = {}
         self.cursors: dict[TopicPartition, int] = {}
         """Per exchange partition, the offset routing has reached (see "Crashes")."""
+        self.topology = 0
+        """Bumped whenever a topic appears, disappears or grows: the memos of every
+        `ExchangeInput` depend on the partition counts."""
+        self._topic_partitions: dict[str, int] | None = None
         self._loaded_cursors = read_offsets(data_dir / CURSORS_FILE)
 
     # --- start ---------------------------------------------------------------------------
@@ -278,8 +353,21 @@ class Exchanges:
 
     # --- topics becoming and ceasing to be exchanges --------------------------------------
 
+    @property
+    def topic_partitions(self) -> dict[str, int]:
+        """Every topic's partition count (rebuilt after a change of `topology`)."""
+        if self._topic_partitions is None:
+            self._topic_partitions = {t.name: t.partitions for t in self._broker.topics}
+        return self._topic_partitions
+
+    def topology_changed(self) -> None:
+        """A topic was created, deleted or grown (the broker calls this)."""
+        self.topology += 1 << 32  # apart from the router's generation, added to it
+        self._topic_partitions = None
+
     def topic_created(self, topic: Topic) -> None:
         """A new topic: declared as an exchange if it has the type config."""
+        self.topology_changed()
         if topic.configs.get(configs.EXCHANGE_TYPE):
             self._declare(topic)
 
@@ -290,6 +378,7 @@ class Exchanges:
 
     def partitions_added(self, topic: Topic) -> None:
         """Give every partition of an exchange topic its `ExchangeInput` (new ones too)."""
+        self.topology_changed()
         if topic.name not in self.router:
             return
         for index in range(topic.partitions):
@@ -321,6 +410,7 @@ class Exchanges:
 
     def topic_deleted(self, name: str) -> None:
         """Forget an exchange, or every binding to a deleted topic."""
+        self.topology_changed()
         if name in self.router:
             removed = self.router.delete(name)
             for tp in [tp for tp in self._inputs if tp.topic == name]:
@@ -482,87 +572,97 @@ class Exchanges:
     def deliver(
         self,
         source: ExchangeInput,
+        batch: _Batch,
         base_offset: int,
-        routed: list[tuple[int, Record, Route]],
         held: dict[TopicPartition, int] | None = None,
+        start: int = 0,
     ) -> None:
-        """Append the copies of one source batch (appended at `base_offset`; `routed`
-        holds (source offset, record, route) in offset order) to their destination
-        partitions, and move the source's cursor past it. With `held` (recovery), skip
-        what each destination already holds (`_held_offset`, cached in `held`)."""
-        if not routed:
-            return
+        """Append the copies of one source batch (appended at `base_offset`) to their
+        destination partitions, and move the source's cursor past it. With `held`
+        (recovery), skip what each destination already holds (`_held_offset`, cached in
+        `held`), and every record below offset `start`."""
         stats = self.stats[source.partition.tp.topic]
-        copies: dict[TopicPartition, list[tuple[int, Record]]] = {}
-        keyless: dict[str, int | None] = {}
-        for offset, record, route in routed:
+        copies: dict[tuple[str, int], list[RecordSpan]] = {}
+        keyless: dict[str, tuple[tuple[str, int], ...]] = {}
+        memo = source.destination_memo
+        for span, route in zip(batch.spans, batch.routes, strict=True):
+            if route is None or base_offset + span.offset_delta < start:
+                continue
             if route.alternates_used:
                 stats.alternate += 1
             if not route.topics:
                 stats.unroutable += 1
                 continue
-            for topic in route.topics:
-                if record.key is None:
+            key = span.key
+            if key is not None:
+                pairs = None if span.headers else memo.get(key)
+                if pairs is None:
+                    pairs = source.destinations(span, route)
+            else:
+                pairs = ()
+                for topic in route.topics:
                     if topic not in keyless:
-                        keyless[topic] = self._keyless_index(source, topic, base_offset)
-                    index = keyless[topic]
-                else:
-                    index = self._keyed_index(topic, record.key)
-                if index is not None:
-                    copies.setdefault(TopicPartition(topic, index), []).append((offset, record))
-        for tp, records in copies.items():
+                        keyless[topic] = self._keyless_pair(source, topic, base_offset)
+                    pairs += keyless[topic]
+            for pair in pairs:
+                spans = copies.get(pair)
+                if spans is None:
+                    spans = copies[pair] = []
+                spans.append(span)
+        for pair, spans in copies.items():
+            tp = TopicPartition(*pair)
             after = -1
             if held is not None:
                 if tp not in held:
                     held[tp] = self._held_offset(source, tp, source.partition.log_end_offset)
                 after = held[tp]
-            stats.copies += self._append_copies(source, tp, records, after=after)
-        self.cursors[source.partition.tp] = routed[-1][0] + 1
+            stats.copies += self._append_copies(source, tp, batch, base_offset, spans, after)
+        if batch.spans:
+            self.cursors[source.partition.tp] = base_offset + batch.spans[-1].offset_delta + 1
 
-    def _keyed_index(self, topic: str, key: bytes) -> int | None:
-        """Kafka's default partitioner, so keyed order holds per destination partition."""
-        found = self._broker.topics.get(topic)
-        if found is None:
-            return None
-        return (murmurhash2(key, MURMUR2_SEED) & 0x7FFFFFFF) % found.partitions
-
-    def _keyless_index(self, source: ExchangeInput, topic: str, base_offset: int) -> int | None:
+    def _keyless_pair(
+        self, source: ExchangeInput, topic: str, base_offset: int
+    ) -> tuple[tuple[str, int], ...]:
         """Where a source batch's keyless records go in `topic`: one partition per batch
         (big destination batches, like Kafka's sticky partitioner), chosen from the batch's
         offset so that re-routing after a crash chooses the same one."""
-        found = self._broker.topics.get(topic)
-        if found is None:
-            return None
+        partitions = self.topic_partitions.get(topic)
+        if partitions is None:
+            return ()
         seed = _BATCH_SEED.pack(base_offset, source.partition.tp.partition)
-        return (murmurhash2(seed, MURMUR2_SEED) & 0x7FFFFFFF) % found.partitions
+        return ((topic, (murmurhash2(seed, MURMUR2_SEED) & 0x7FFFFFFF) % partitions),)
 
     def _append_copies(
         self,
         source: ExchangeInput,
         tp: TopicPartition,
-        records: list[tuple[int, Record]],
-        *,
-        after: int = -1,
+        batch: _Batch,
+        base_offset: int,
+        spans: list[RecordSpan],
+        after: int,
     ) -> int:
-        """Append the records to `tp` (those with a source offset above `after` only), in
+        """Append the records of `spans` whose source offset is above `after` to `tp`, in
         batches of at most `COPY_BATCH_BYTES_MAX`; returns how many were appended."""
         partition = self._broker.partitions.get(tp)
         if partition is None:
             return 0
-        pending = [(o, r) for o, r in records if o > after]
+        if after >= base_offset:
+            spans = [s for s in spans if base_offset + s.offset_delta > after]
         appended = 0
         now = self._broker.clock()
-        for chunk in _chunks(pending):
-            last_source = chunk[-1][0]
+        for chunk in _chunks(spans):
+            last_source = base_offset + chunk[-1].offset_delta
             base_sequence = (last_source - len(chunk) + 1) % _SEQUENCE_MODULUS
-            batch = encode_batch(
-                [r for _, r in chunk],
+            records = copy_batch(
+                batch.header,
+                batch.payload,
+                chunk,
                 producer_id=source.producer_id,
                 producer_epoch=0,
                 base_sequence=base_sequence,
             )
             try:
-                last = partition.append_internal(batch)
+                last = partition.append_internal(records)
             except KafkaError as exc:
                 self.stats[source.partition.tp.topic].failed += len(chunk)
                 log.error("routing %s into %s failed: %s", source.partition.tp, tp, exc)
@@ -591,13 +691,11 @@ class Exchanges:
         held: dict[TopicPartition, int] = {}
         copies_before = self.stats[tp.topic].copies
         try:
-            for batch in scan_batches(partition.log, start):
-                routed = [
-                    (offset, record, route)
-                    for offset, record in decode_full_records(batch)
-                    if offset >= start and (route := self._reroute(tp.topic, record)) is not None
-                ]
-                self.deliver(source, parse_header(batch).base_offset, routed, held)
+            for stored in scan_batches(partition.log, start):
+                header, payload, spans = record_spans(stored)
+                routes = [self._reroute(source, span) for span in spans]
+                batch = _Batch(header, payload, spans, routes)
+                self.deliver(source, batch, header.base_offset, held, start)
         except (StorageError, KafkaError) as exc:
             log.error("routing recovery of %s stopped early: %s", tp, exc)
         self.cursors[tp] = end
@@ -606,9 +704,10 @@ class Exchanges:
             tp, start, end - 1, self.stats[tp.topic].copies - copies_before,
         )  # fmt: skip
 
-    def _reroute(self, exchange: str, record: Record) -> Route | None:
+    @staticmethod
+    def _reroute(source: ExchangeInput, span: RecordSpan) -> Route | None:
         try:
-            return self.router.route(exchange, routing_key(record), dict(record.headers))
+            return source.route(span)
         except RoutingError:  # a record accepted under other definitions: not routed
             return None
 
@@ -752,16 +851,15 @@ def exchange_of(name: str, topic_configs: Mapping[str, str]) -> Exchange:
     )
 
 
-def _chunks(records: list[tuple[int, Record]]) -> Iterable[list[tuple[int, Record]]]:
-    chunk: list[tuple[int, Record]] = []
+def _chunks(spans: list[RecordSpan]) -> Iterable[list[RecordSpan]]:
+    chunk: list[RecordSpan] = []
     size = 0
-    for item in records:
-        record = item[1]
-        record_bytes = len(record.value or b"") + len(record.key or b"") + 16
+    for span in spans:
+        record_bytes = span.end - span.start + 8
         if chunk and size + record_bytes > COPY_BATCH_BYTES_MAX:
             yield chunk
             chunk, size = [], 0
-        chunk.append(item)
+        chunk.append(span)
         size += record_bytes
     if chunk:
         yield chunk
