@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from weirmq.broker.core import Broker
 from weirmq.broker.partition import Durability
+from weirmq.records.batch import Record, encode_batch
 from weirmq.settings import Settings
 from weirmq.testing import ManualClock
 from weirmq.testing.records import make_batch
@@ -44,6 +45,17 @@ def produce(broker: Broker, topic: str, partition: int, batches: int, records: i
         found.publish(batch, Durability.WRITTEN)
         appended += len(batch)
     return appended
+
+
+def publish(
+    broker: Broker, topic: str, keys: list[str], headers: tuple[tuple[str, bytes], ...] = ()
+) -> None:
+    """Publish one batch to partition 0 of `topic` (an exchange routes it on the way), a
+    record per routing key, as the Produce handler does."""
+    found = broker.partition(topic, 0)
+    assert found is not None
+    records = [Record(b"v", key.encode(), headers, 1_000) for key in keys]
+    found.publish(encode_batch(records), Durability.WRITTEN)
 
 
 def broker_with_an_offline_partition(data_dir: Path) -> Broker:

@@ -71,6 +71,9 @@ EXAMPLE_TOPIC = DOCUMENT["paths"]["/api/v1/topics/{name}"]["parameters"][0]["exa
 a topic that exists for reads, config changes and deletes to go past the 404."""
 EXAMPLE_GROUP = DOCUMENT["paths"]["/api/v1/groups/{group}"]["parameters"][0]["example"]
 """Likewise, a group that exists (and has no members, so that DELETE succeeds)."""
+EXAMPLE_EXCHANGE = DOCUMENT["paths"]["/api/v1/exchanges/{name}"]["parameters"][0]["example"]
+"""Likewise, an exchange; its example binding leads to the example topic."""
+EXAMPLE_BINDING = DOCUMENT["components"]["schemas"]["BindingRequest"]["example"]
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +102,21 @@ def example_group(running_broker: Broker, example_topic: None) -> None:
     if running_broker.call(core.group_view, EXAMPLE_GROUP) is None:
         bootstrap = running_broker.bootstrap_servers
         commit_outside_a_group(bootstrap, EXAMPLE_GROUP, EXAMPLE_TOPIC, {0: 0})
+
+
+@pytest.fixture(autouse=True)
+def example_exchange(running_broker: Broker, example_topic: None) -> None:
+    """(Re)create the example exchange, bound as the example binding says, before each
+    operation: the DELETE runs remove the exchange or the binding, and a DELETE of the
+    example topic takes the binding with it."""
+    core = running_broker.broker
+
+    def ensure() -> None:
+        if EXAMPLE_EXCHANGE not in core.exchanges.router:
+            core.create_topic(EXAMPLE_EXCHANGE, 2, {"weirmq.exchange.type": "topic"})
+        core.exchanges.bind(EXAMPLE_EXCHANGE, **EXAMPLE_BINDING)
+
+    running_broker.call(ensure)
 
 
 schema = schemathesis.openapi.from_dict(DOCUMENT)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from admin_support import broker_with_an_offline_partition, make_broker, produce
+from admin_support import broker_with_an_offline_partition, make_broker, produce, publish
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from weirmq.admin.metrics import api_name, exposition, metrics_registry
 from weirmq.broker.core import Broker
 from weirmq.testing import ManualClock
+from weirmq.types import TopicPartition
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "admin-api.md"
 PROCESS_FAMILIES = {
@@ -167,6 +168,29 @@ def test_flush_latency_comes_from_real_fsyncs(broker: Broker) -> None:
     assert flushes >= 1
     assert value(samples, "weirmq_log_flush_duration_seconds_bucket", le="+Inf") == flushes
     assert value(samples, "weirmq_log_flush_duration_seconds_sum") > 0
+
+
+def test_exchange_counters_and_routing_lag(broker: Broker) -> None:
+    broker.create_topic("orders", 1)
+    broker.create_topic("events", 2, {"weirmq.exchange.type": "direct"})
+    broker.exchanges.bind("events", "orders", key="eu")
+    publish(broker, "events", ["eu", "eu", "us"])  # to partition 0
+
+    _, samples = scrape(broker)
+
+    assert value(samples, "weirmq_exchange_routed_records_total", exchange="events") == 2
+    assert value(samples, "weirmq_exchange_unroutable_records_total", exchange="events") == 1
+    assert value(samples, "weirmq_exchange_alternate_records_total", exchange="events") == 0
+    assert value(samples, "weirmq_exchange_failed_records_total", exchange="events") == 0
+    assert value(samples, "weirmq_exchange_routing_lag_records", exchange="events") == 0
+    assert not any(
+        dict(labels).get("exchange") == "orders" for _, labels in samples
+    )  # a plain topic has no exchange series
+
+    # As on a start after a crash, before the re-routing: the cursor is behind the log end.
+    broker.exchanges.cursors[TopicPartition("events", 0)] = 1
+    _, samples = scrape(broker)
+    assert value(samples, "weirmq_exchange_routing_lag_records", exchange="events") == 2
 
 
 def test_an_offline_partition_is_flagged(tmp_path: Path) -> None:

@@ -26,9 +26,16 @@ from kio.schema.errors import ErrorCode
 MALFORMED_JSON = "MALFORMED_JSON"
 INVALID_REQUEST = "INVALID_REQUEST"
 INTERNAL_ERROR = "INTERNAL_ERROR"
+# Exchanges: a declaration that differs from the exchange declared (409), a delete with
+# if_unused of an exchange bindings leave (409), an unbind of no binding (404). Named after
+# the routing errors they stand for; Kafka has no code for them.
+EXCHANGE_CONFLICT = "EXCHANGE_CONFLICT"
+EXCHANGE_IN_USE = "EXCHANGE_IN_USE"
+BINDING_NOT_FOUND = "BINDING_NOT_FOUND"
 # Kafka's names, for the refusals the admin API makes itself before asking the broker.
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition.name.upper()
 GROUP_ID_NOT_FOUND = ErrorCode.group_id_not_found.name.upper()
+TOPIC_ALREADY_EXISTS = ErrorCode.topic_already_exists.name.upper()
 
 _STATUS_BY_KAFKA_CODE: dict[ErrorCode, int] = {
     ErrorCode.unknown_topic_or_partition: 404,
@@ -40,6 +47,9 @@ _STATUS_BY_KAFKA_CODE: dict[ErrorCode, int] = {
     ErrorCode.invalid_config: 400,
     ErrorCode.invalid_request: 400,
     ErrorCode.policy_violation: 400,
+    # Every routing error (weirmq.routing.errors) carries one of the codes above, or this
+    # one for a record refused (unroutable under `reject`, a routing key too long).
+    ErrorCode.invalid_record: 400,
     ErrorCode.group_id_not_found: 404,
     ErrorCode.non_empty_group: 409,
 }

@@ -8,8 +8,8 @@ the handlers run on the loop thread, the thread that owns all broker state, they
 change that state directly, with no locks and no copies, exactly as a Kafka request
 handler does; topic creation through this API and through CreateTopics are one code path
 (`Broker.create_topic`). The price is that a handler must be quick: each one here is
-proportional to the number of topics and partitions, and none waits on anything but the
-request body.
+proportional to the number of topics and partitions (or of an exchange's bindings), and
+none waits on anything but the request body and, for a change to bindings, its fsync.
 
 Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json``)::
 
@@ -21,11 +21,25 @@ Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json
     GET    /api/v1/topics/{name}/configs  PATCH                    200
     GET    /api/v1/groups
     GET    /api/v1/groups/{group}         DELETE                   204
+    GET    /api/v1/exchanges              POST /api/v1/exchanges   201, 200 if declared
+    GET    /api/v1/exchanges/{name}       DELETE [?if_unused=true] 204
+    GET    /api/v1/exchanges/{name}/bindings  POST                 201, 200 if bound
+    POST   /api/v1/exchanges/{name}/bindings/delete                204
     GET    /openapi.json
     GET    /metrics                                        Prometheus text format
 
 A group is read from the coordinator's views (`Broker.group_views`, `Broker.group_lag`)
 and deleted by `Broker.delete_group`, the code path of a Kafka DeleteGroups request.
+
+An exchange is a topic with an exchange type (`weirmq.broker.exchanges`): it is declared
+through `Broker.create_topic` and deleted through `Broker.delete_topic`, as a Kafka client
+would, so both APIs see one set of exchanges. A declaration is idempotent, as in RabbitMQ:
+declaring what exists answers 200 with it, a different definition is refused naming the
+first field that differs. Bindings go through `Broker.exchanges`; a handler that changed one
+(binding, unbinding, deleting an exchange) answers once the change is fsynced. A binding has
+no identity but its fields, so it is removed by POSTing those fields to ``.../delete``: a
+DELETE with a body has no defined meaning in HTTP (proxies and clients may drop it), and
+putting typed arguments in a URL would need an encoding of its own.
 
 Nothing a request sends can take the broker down: one middleware turns every failure into
 the JSON error shape of `weirmq.admin.errors` (4xx for the request's faults, 500 for
@@ -36,16 +50,20 @@ Prometheus scrape every few seconds would otherwise be most of the broker's log.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
+from weirmq.broker import configs
 from weirmq.broker.core import Broker
 from weirmq.broker.group_service import GroupView
 from weirmq.broker.topics import Topic
@@ -53,10 +71,14 @@ from weirmq.settings import Settings, parse_host_port
 
 from . import openapi, views
 from .errors import (
+    BINDING_NOT_FOUND,
+    EXCHANGE_CONFLICT,
+    EXCHANGE_IN_USE,
     GROUP_ID_NOT_FOUND,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     MALFORMED_JSON,
+    TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_OR_PARTITION,
     ApiError,
     error_response,
@@ -78,6 +100,15 @@ _DIGITS = re.compile(r"[0-9]+")  # ASCII only: int() also takes "٣", " 3" and "
 _PARTITION_DIGITS_MAX = 10  # more is beyond any partition (int32), and int() refuses 4300
 _CREATE_TOPIC_FIELDS = frozenset({"name", "partitions", "configs"})
 _ALTER_CONFIGS_FIELDS = frozenset({"set", "delete"})
+_DECLARE_EXCHANGE_FIELDS = frozenset({"name", "type", "partitions", "alternate", "unroutable"})
+_BINDING_FIELDS = frozenset({"destination", "key", "arguments", "expression"})
+_UNROUTABLE_POLICIES = ("drop", "reject")
+_UNROUTABLE_DEFAULT = "drop"
+# Exactly Kafka's topic names: the broker's config check would take " x " as "x".
+_EXCHANGE_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_FLAGS = {"true": True, "false": False}
+
+ArgumentValue = str | int | float | bool | None
 
 
 # --- the service ----------------------------------------------------------------------------
@@ -150,6 +181,13 @@ def create_app(broker: Broker) -> web.Application:
             web.get("/api/v1/groups", list_groups),
             web.get("/api/v1/groups/{group}", get_group),
             web.delete("/api/v1/groups/{group}", delete_group),
+            web.get("/api/v1/exchanges", list_exchanges),
+            web.post("/api/v1/exchanges", declare_exchange),
+            web.get("/api/v1/exchanges/{name}", get_exchange, name="exchange"),
+            web.delete("/api/v1/exchanges/{name}", delete_exchange),
+            web.get("/api/v1/exchanges/{name}/bindings", list_bindings),
+            web.post("/api/v1/exchanges/{name}/bindings", bind),
+            web.post("/api/v1/exchanges/{name}/bindings/delete", unbind),
             web.get("/openapi.json", get_openapi),
             web.get("/metrics", get_metrics),
         ]
@@ -275,6 +313,107 @@ async def delete_group(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def list_exchanges(request: web.Request) -> web.Response:
+    exchanges = request.app[BROKER].exchanges
+    names = sorted(exchange.name for exchange in exchanges.router.exchanges())
+    summaries = [views.exchange_summary(exchanges.describe(name)) for name in names]
+    return web.json_response({"exchanges": summaries})
+
+
+async def declare_exchange(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    body = await _json_object(request, _DECLARE_EXCHANGE_FIELDS)
+    name = _string(body, "name")
+    wanted = _exchange_definition(body)
+    partitions = _partition_count(body, broker.settings.default_partitions)
+    existing = broker.topics.get(name)
+    if existing is not None:
+        _check_redeclaration(broker, existing, wanted, partitions if "partitions" in body else None)
+        return web.json_response(views.exchange_detail(broker.exchanges.describe(name)))
+    broker.create_topic(name, partitions, wanted.topic_configs())
+    location = request.app.router["exchange"].url_for(name=name)
+    return web.json_response(
+        views.exchange_detail(broker.exchanges.describe(name)),
+        status=201,
+        headers={"Location": str(location)},
+    )
+
+
+async def get_exchange(request: web.Request) -> web.Response:
+    exchanges = request.app[BROKER].exchanges
+    return web.json_response(views.exchange_detail(exchanges.describe(_exchange(request))))
+
+
+async def delete_exchange(request: web.Request) -> web.Response:
+    broker, name = request.app[BROKER], _exchange(request)
+    if _flag(request, "if_unused"):
+        # RabbitMQ's rule: bindings leaving the exchange make it used; those reaching it
+        # do not (they go with it).
+        leaving = broker.exchanges.router.bindings(name)
+        if leaving:
+            raise ApiError(
+                409,
+                EXCHANGE_IN_USE,
+                f"exchange {name!r} is in use: it is the source of {len(leaving)} binding(s)",
+            )
+    broker.delete_topic(name)  # unbinds what led to it too, in the definitions log
+    await broker.exchanges.definitions_durable()
+    return web.Response(status=204)
+
+
+async def list_bindings(request: web.Request) -> web.Response:
+    broker, name = request.app[BROKER], _exchange(request)
+    bindings = broker.exchanges.router.bindings(name)
+    return web.json_response(
+        {"exchange": name, "bindings": [views.binding_document(b) for b in bindings]}
+    )
+
+
+async def bind(request: web.Request) -> web.Response:
+    broker, name = request.app[BROKER], _exchange(request)
+    wanted = _binding_fields(await _json_object(request, _BINDING_FIELDS))
+    binding, created = broker.exchanges.bind(
+        name,
+        wanted.destination,
+        key=wanted.key,
+        arguments=wanted.arguments,
+        expression=wanted.expression,
+    )
+    # Also when it existed: a concurrent request may have made it and not be durable yet.
+    await broker.exchanges.definitions_durable()
+    return web.json_response(views.binding_document(binding), status=201 if created else 200)
+
+
+async def unbind(request: web.Request) -> web.Response:
+    broker, name = request.app[BROKER], _exchange(request)
+    wanted = _binding_fields(await _json_object(request, _BINDING_FIELDS))
+    exchanges = broker.exchanges
+    bound = exchanges.router.bindings(name)
+    # The binding is made as the router makes bindings, so that the router's own checks and
+    # equality find it (arguments compared by kind: 1 equals 1.0, not true). This package
+    # may not import the routing core's `Binding` (tests/test_import_rules.py), so it is a
+    # copy of one the exchange has, with the request's fields: `dataclasses.replace` runs
+    # the constructor. An exchange without bindings has none to remove.
+    kind: Literal["topic", "exchange"] = (
+        "exchange" if wanted.destination in exchanges.router else "topic"
+    )
+    if not bound or not exchanges.unbind(
+        dataclasses.replace(
+            bound[0],
+            destination=wanted.destination,
+            destination_kind=kind,
+            key=wanted.key,
+            arguments=wanted.arguments,
+            expression=wanted.expression,
+        )
+    ):
+        raise ApiError(
+            404, BINDING_NOT_FOUND, f"exchange {name!r} has no binding with these fields"
+        )
+    await broker.exchanges.definitions_durable()
+    return web.Response(status=204)
+
+
 async def get_openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[OPENAPI_JSON], content_type="application/json")
 
@@ -301,6 +440,147 @@ def _group(request: web.Request) -> GroupView:
     if view is None:
         raise ApiError(404, GROUP_ID_NOT_FOUND, f"unknown group {group_id!r}")
     return view
+
+
+def _exchange(request: web.Request) -> str:
+    """The exchange named in the path; 404 for a plain topic too (the exchange endpoints
+    never touch one)."""
+    name = request.match_info["name"]
+    broker = request.app[BROKER]
+    if name not in broker.exchanges.router:
+        what = "a topic, not an exchange" if broker.topics.get(name) else "no exchange"
+        raise ApiError(404, UNKNOWN_TOPIC_OR_PARTITION, f"{name!r} is {what}")
+    return name
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    """A boolean query parameter, false when absent; only ``true`` and ``false`` (what
+    OpenAPI clients send), so a typo is refused rather than read as false."""
+    text = request.query.get(name, "false")
+    if text not in _FLAGS:
+        raise ApiError(400, INVALID_REQUEST, f"{name!r} must be true or false, not {text!r}")
+    return _FLAGS[text]
+
+
+@dataclass(frozen=True, slots=True)
+class _ExchangeDefinition:
+    """What a declaration asks for, beyond the name and the partition count."""
+
+    type: str
+    alternate: str | None
+    unroutable: str
+
+    def topic_configs(self) -> dict[str, str]:
+        """The exchange topic's config overrides (the defaults are left out, as a Kafka
+        client creating the topic would leave them out)."""
+        found = {configs.EXCHANGE_TYPE: self.type}
+        if self.alternate is not None:
+            found[configs.EXCHANGE_ALTERNATE] = self.alternate
+        if self.unroutable != _UNROUTABLE_DEFAULT:
+            found[configs.EXCHANGE_UNROUTABLE] = self.unroutable
+        return found
+
+
+def _exchange_definition(body: dict[str, object]) -> _ExchangeDefinition:
+    kind = _string(body, "type")
+    if kind not in configs.EXCHANGE_TYPES:
+        raise ApiError(
+            400, INVALID_REQUEST, f"'type' must be one of {', '.join(configs.EXCHANGE_TYPES)}"
+        )
+    alternate = body.get("alternate")
+    if alternate is not None and (
+        not isinstance(alternate, str) or _EXCHANGE_NAME.fullmatch(alternate) is None
+    ):
+        raise ApiError(
+            400,
+            INVALID_REQUEST,
+            "'alternate' must be null or an exchange name (1 to 249 of [a-zA-Z0-9._-])",
+        )
+    unroutable = body.get("unroutable", _UNROUTABLE_DEFAULT)
+    if unroutable not in _UNROUTABLE_POLICIES:
+        raise ApiError(400, INVALID_REQUEST, "'unroutable' must be 'drop' or 'reject'")
+    assert isinstance(unroutable, str)
+    return _ExchangeDefinition(kind, alternate, unroutable)
+
+
+def _check_redeclaration(
+    broker: Broker, topic: Topic, wanted: _ExchangeDefinition, partitions: int | None
+) -> None:
+    """Refuse a declaration of an existing name unless it is of that exchange as it is:
+    the first field that differs is named with both values, in RabbitMQ's words. The
+    partition count is compared only when the declaration gives one."""
+    name = topic.name
+    if name not in broker.exchanges.router:
+        raise ApiError(
+            409, TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists and is not an exchange"
+        )
+    current = broker.exchanges.router.exchange(name)
+    compared: list[tuple[str, object, object]] = [
+        ("type", str(current.type), wanted.type),
+        ("alternate", current.alternate, wanted.alternate),
+        ("unroutable", current.unroutable, wanted.unroutable),
+    ]
+    if partitions is not None:
+        compared.append(("partitions", topic.partitions, partitions))
+    for field, was, now in compared:
+        if was != now:
+            raise ApiError(
+                409,
+                EXCHANGE_CONFLICT,
+                f"inequivalent arg {field!r} for exchange {name!r}: "
+                f"received {_shown(now)} but current is {_shown(was)}",
+            )
+
+
+def _shown(value: object) -> str:
+    return "none" if value is None else repr(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _BindingFields:
+    """A binding as a request gives it (its source is the exchange in the path)."""
+
+    destination: str
+    key: str
+    arguments: dict[str, ArgumentValue]
+    expression: str | None
+
+
+def _binding_fields(body: dict[str, object]) -> _BindingFields:
+    """The fields' types; their values are the router's to check (it says what is wrong,
+    with the position of a problem in an expression)."""
+    destination = _string(body, "destination")
+    key = body.get("key", "")
+    if not isinstance(key, str):
+        raise ApiError(400, INVALID_REQUEST, "'key' must be a string")
+    expression = body.get("expression")
+    if expression is not None and not isinstance(expression, str):
+        raise ApiError(400, INVALID_REQUEST, "'expression' must be a string or null")
+    arguments = body.get("arguments", {})
+    if not isinstance(arguments, dict) or not all(
+        value is None or isinstance(value, str | int | float) for value in arguments.values()
+    ):
+        raise ApiError(
+            400,
+            INVALID_REQUEST,
+            "'arguments' must be an object of string, number, boolean or null values",
+        )
+    texts = [destination, key, expression or "", *arguments]
+    texts += [value for value in arguments.values() if isinstance(value, str)]
+    for text in texts:
+        _check_unicode(text)
+    return _BindingFields(destination, key, arguments, expression)
+
+
+def _check_unicode(text: str) -> None:
+    """JSON can carry a lone surrogate ("\\ud800"), which is no character and has no
+    UTF-8 form; the router measures keys and names in UTF-8 bytes."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise ApiError(
+            400, INVALID_REQUEST, "a string holds a lone surrogate (\\ud800 to \\udfff), not text"
+        ) from None
 
 
 async def _json_object(request: web.Request, allowed: frozenset[str]) -> dict[str, object]:

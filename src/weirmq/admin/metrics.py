@@ -22,6 +22,10 @@ Naming follows Prometheus' conventions: a ``weirmq_`` prefix, ``_total`` on coun
 base units (``_seconds``, ``_bytes``) in the name. docs/admin-api.md lists every family;
 a test checks that list against what a scrape exports.
 
+Exchanges are read at scrape time as well: their counters from `broker.exchanges.stats`,
+which the routing path adds to, and their routing lag (records written to an exchange and
+not routed yet, 0 but while the broker re-routes after a crash) from its describe view.
+
 Consumer groups are read from the coordinator's views at scrape time too: a group's lag on
 a partition is exported only where it is known (a committed offset and a log to compare it
 with), so a group that never committed has no lag series rather than a made-up one.
@@ -92,6 +96,7 @@ class BrokerCollector(Collector):
         yield from self._partitions()
         yield self._flushes()
         yield from self._groups()
+        yield from self._exchanges()
 
     def _broker(self) -> Iterator[Metric]:
         broker = self.broker
@@ -164,9 +169,7 @@ class BrokerCollector(Collector):
         for protocol, kind in sorted(kafka | set(histograms)):
             histogram = histograms.get((protocol, kind)) or RequestLatency()
             request = api_name(int(kind)) if protocol == "kafka" and kind.isdigit() else kind
-            served.add_metric(
-                [protocol, request], _buckets(histogram.cumulative()), histogram.sum
-            )
+            served.add_metric([protocol, request], _buckets(histogram.cumulative()), histogram.sum)
         yield served
 
     def _connections(self) -> Iterator[Metric]:
@@ -251,6 +254,45 @@ class BrokerCollector(Collector):
         for state, count in sorted(states.items()):
             groups.add_metric([state], count)
         yield from (groups, members, lag)
+
+    def _exchanges(self) -> Iterator[Metric]:
+        labels = ["exchange"]
+        counters = {
+            "copies": CounterMetricFamily(
+                f"{PREFIX}_exchange_routed_records",
+                "Copies of records the exchange appended to destination topics (a record "
+                "routed to three topics counts three).",
+                labels=labels,
+            ),
+            "unroutable": CounterMetricFamily(
+                f"{PREFIX}_exchange_unroutable_records",
+                "Records written to the exchange that no binding routed, dropped.",
+                labels=labels,
+            ),
+            "alternate": CounterMetricFamily(
+                f"{PREFIX}_exchange_alternate_records",
+                "Records written to the exchange that went through an alternate exchange.",
+                labels=labels,
+            ),
+            "failed": CounterMetricFamily(
+                f"{PREFIX}_exchange_failed_records",
+                "Copies a destination refused (its log offline).",
+                labels=labels,
+            ),
+        }
+        lag = GaugeMetricFamily(
+            f"{PREFIX}_exchange_routing_lag_records",
+            "Records written to the exchange and not routed yet, over its partitions.",
+            labels=labels,
+        )
+        exchanges = self.broker.exchanges
+        for name in sorted(exchange.name for exchange in exchanges.router.exchanges()):
+            view = exchanges.describe(name)
+            for attribute, family in counters.items():
+                family.add_metric([name], getattr(view.stats, attribute))
+            lag.add_metric([name], view.lag_records)
+        yield from counters.values()
+        yield lag
 
 
 def _buckets(cumulative: list[tuple[float, int]]) -> list[tuple[str, float]]:

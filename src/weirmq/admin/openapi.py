@@ -20,6 +20,7 @@ import copy
 from typing import Any
 
 from weirmq import __version__
+from weirmq.broker.configs import EXCHANGE_TYPES
 from weirmq.broker.core import PARTITIONS_MAX
 from weirmq.settings import (
     ADVERTISED_ADDRESS,
@@ -40,6 +41,13 @@ OPENAPI_VERSION = "3.0.3"
 TOPIC_NAME_PATTERN = "^[a-zA-Z0-9._-]+$"
 TOPIC_NAME_CHARS_MAX = 249
 INT32_MAX = 2**31 - 1
+# The routing core's bounds (weirmq.routing.limits, which this package may not import; a
+# test holds these equal to them). Characters, where the core counts UTF-8 bytes for keys:
+# a longer text is refused either way, a shorter one may still be.
+BINDING_KEY_CHARS_MAX = 255
+BINDING_ARGUMENTS_MAX = 64
+ARGUMENT_VALUE_CHARS_MAX = 4_096
+EXPRESSION_CHARS_MAX = 4_096
 
 
 def _ref(name: str) -> Schema:
@@ -87,7 +95,8 @@ _ERROR = _object(
                     "type": "string",
                     "description": "Upper-case name: a Kafka error code's name (such as "
                     "TOPIC_ALREADY_EXISTS) or one of the API's own (MALFORMED_JSON, "
-                    "INVALID_REQUEST, NOT_FOUND, METHOD_NOT_ALLOWED, PAYLOAD_TOO_LARGE).",
+                    "INVALID_REQUEST, NOT_FOUND, METHOD_NOT_ALLOWED, PAYLOAD_TOO_LARGE, "
+                    "EXCHANGE_CONFLICT, EXCHANGE_IN_USE, BINDING_NOT_FOUND).",
                 },
                 "message": {"type": "string", "description": "What was wrong, for people."},
             }
@@ -323,6 +332,144 @@ _ALTER_CONFIGS: Schema = {
     "example": {"set": {"retention.ms": "3600000"}, "delete": ["segment.bytes"]},
 }
 
+_EXCHANGE_TYPE: Schema = {
+    "type": "string",
+    "enum": list(EXCHANGE_TYPES),
+    "description": "direct: the key equals the binding key; topic: RabbitMQ's patterns "
+    "(`*` one word, `#` any); fanout: every binding; headers: the binding's arguments "
+    "against the record's headers (x-match all or any); content: an SQL-like expression "
+    "over the headers.",
+}
+_ALTERNATE: Schema = {
+    **_TOPIC_NAME,
+    "nullable": True,
+    "description": "The exchange that gets the records this one's bindings do not match "
+    "(it need not exist); null: none.",
+}
+_UNROUTABLE: Schema = {
+    "type": "string",
+    "enum": ["drop", "reject"],
+    "description": "What happens to a record no binding routes, even through the alternate: "
+    "dropped (counted), or the whole write refused with INVALID_RECORD.",
+}
+
+_EXCHANGE_SUMMARY_PROPERTIES: dict[str, Schema] = {
+    "name": _STRING,
+    "type": _EXCHANGE_TYPE,
+    "alternate": _ALTERNATE,
+    "unroutable": _UNROUTABLE,
+    "partition_count": {
+        **_integer(1, INT32_MAX, "int32"),
+        "description": "Partitions of the exchange's input log (its topic).",
+    },
+    "binding_count": {**_integer(), "description": "Bindings leaving this exchange."},
+}
+
+_ARGUMENT_VALUE: Schema = {
+    "anyOf": [
+        {"type": "string", "maxLength": ARGUMENT_VALUE_CHARS_MAX, "nullable": True},
+        {"type": "number"},
+        {"type": "boolean"},
+    ],
+    "description": "A string, number, boolean or null; compared with a header's value by "
+    "kind (1 and 1.0 are equal, 1 and true are not).",
+}
+_ARGUMENTS: Schema = {
+    "type": "object",
+    "maxProperties": BINDING_ARGUMENTS_MAX,
+    "additionalProperties": _ARGUMENT_VALUE,
+    "description": "For a headers exchange, the conditions on the record's headers, with "
+    '"x-match": "all" (the default), "any", "all-with-x" or "any-with-x".',
+}
+_BINDING_KEY: Schema = {
+    "type": "string",
+    "maxLength": BINDING_KEY_CHARS_MAX,
+    "description": "direct: the routing key to match; topic: a pattern of dot-separated words "
+    "(`*` one word, `#` any number). At most 255 bytes of UTF-8.",
+}
+_EXPRESSION: Schema = {
+    "type": "string",
+    "maxLength": EXPRESSION_CHARS_MAX,
+    "nullable": True,
+    "description": "content exchanges only: an SQL-92 predicate over the record's headers, "
+    "such as \"region = 'eu' AND amount > 100\".",
+}
+
+_BINDING = _object(
+    {
+        "source": {**_STRING, "description": "The exchange the binding leaves from."},
+        "destination": {**_STRING, "description": "A topic, or an exchange."},
+        "destination_kind": {
+            "type": "string",
+            "enum": ["topic", "exchange"],
+            "description": "topic: records are appended to it; exchange: routing goes on there.",
+        },
+        "key": _BINDING_KEY,
+        "arguments": _ARGUMENTS,
+        "expression": _EXPRESSION,
+    }
+)
+
+_EXCHANGE_STATS = _object(
+    {
+        "routed_records": {
+            **_integer(),
+            "description": "Copies appended to destination topics (a record routed to "
+            "three topics counts three).",
+        },
+        "unroutable_records": {
+            **_integer(),
+            "description": "Records no binding routed, dropped (under `reject` they are "
+            "refused, never written, and not counted).",
+        },
+        "alternate_records": {
+            **_integer(),
+            "description": "Records that went through an alternate exchange.",
+        },
+        "failed_records": {
+            **_integer(),
+            "description": "Copies a destination refused (its log offline); logged.",
+        },
+    },
+    "Totals since the broker started.",
+)
+
+_DECLARE_EXCHANGE: Schema = {
+    "type": "object",
+    "properties": {
+        "name": _TOPIC_NAME,
+        "type": _EXCHANGE_TYPE,
+        "partitions": {
+            **_integer(1, PARTITIONS_MAX, "int32"),
+            "description": "Partitions of the exchange's input log. Default: the broker's "
+            "default_partitions setting; compared only when given.",
+        },
+        "alternate": _ALTERNATE,
+        "unroutable": {**_UNROUTABLE, "default": "drop"},
+    },
+    "required": ["name", "type"],
+    "additionalProperties": False,
+    "example": {"name": "events", "type": "topic", "partitions": 2, "unroutable": "drop"},
+}
+
+_BINDING_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "destination": {
+            **_TOPIC_NAME,
+            "description": "A topic, or an exchange (routing goes on there).",
+        },
+        "key": {**_BINDING_KEY, "default": ""},
+        "arguments": {**_ARGUMENTS, "default": {}},
+        "expression": {**_EXPRESSION, "default": None},
+    },
+    "required": ["destination"],
+    "additionalProperties": False,
+    "description": "A binding is its fields: binding twice is binding once, and a binding "
+    "is removed by sending the same fields.",
+    "example": {"destination": "orders", "key": "eu.#"},
+}
+
 # --- operations -----------------------------------------------------------------------------
 
 
@@ -360,6 +507,28 @@ _GROUP_PARAMETER: Schema = {
 }
 _UNKNOWN_TOPIC = _error("No such topic (UNKNOWN_TOPIC_OR_PARTITION).")
 _UNKNOWN_GROUP = _error("No such group (GROUP_ID_NOT_FOUND).")
+_EXCHANGE_PARAMETER: Schema = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": _TOPIC_NAME,
+    "description": "Exchange name (an exchange is a topic that routes).",
+    "example": "events",
+}
+_IF_UNUSED_PARAMETER: Schema = {
+    "name": "if_unused",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "boolean", "default": False},
+    "description": "true: refuse (409 EXCHANGE_IN_USE) while bindings leave the exchange.",
+}
+_UNKNOWN_EXCHANGE = _error("No such exchange (UNKNOWN_TOPIC_OR_PARTITION).")
+_BAD_BINDING = _error(
+    "The body is not JSON (MALFORMED_JSON) or has the wrong shape (INVALID_REQUEST), or the "
+    "router refuses the binding (INVALID_CONFIG: a bad key, arguments or expression, with "
+    "the position of the problem in the message, or a binding that would close a cycle of "
+    "exchanges; POLICY_VIOLATION: a limit)."
+)
 _BAD_BODY = _error(
     "The body is not JSON (MALFORMED_JSON), has the wrong shape (INVALID_REQUEST), or the "
     "broker refuses a value (a Kafka error code such as INVALID_CONFIG)."
@@ -514,6 +683,119 @@ def _paths() -> dict[str, Schema]:
                 },
             },
         },
+        "/api/v1/exchanges": {
+            "get": {
+                "operationId": "listExchanges",
+                "tags": ["exchanges"],
+                "summary": "Every exchange, with its definition and number of bindings.",
+                "responses": {"200": _json(_ref("ExchangeList"), "The exchanges, by name.")},
+            },
+            "post": {
+                "operationId": "declareExchange",
+                "tags": ["exchanges"],
+                "summary": "Declare an exchange: create it, or find it as declared.",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("DeclareExchange")}},
+                },
+                "responses": {
+                    "200": _json(_ref("Exchange"), "It exists, with this definition."),
+                    "201": {
+                        **_json(_ref("Exchange"), "Created."),
+                        "headers": {
+                            "Location": {
+                                "description": "The new exchange's URL.",
+                                "schema": {"type": "string"},
+                            }
+                        },
+                    },
+                    "400": _BAD_BODY,
+                    "409": _error(
+                        "It exists with another definition (EXCHANGE_CONFLICT, naming the "
+                        "field), or a plain topic has the name (TOPIC_ALREADY_EXISTS)."
+                    ),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/api/v1/exchanges/{name}": {
+            "parameters": [_EXCHANGE_PARAMETER],
+            "get": {
+                "operationId": "getExchange",
+                "tags": ["exchanges"],
+                "summary": "An exchange, its bindings, its counters and its routing lag.",
+                "responses": {
+                    "200": _json(_ref("Exchange"), "The exchange."),
+                    "404": _UNKNOWN_EXCHANGE,
+                },
+            },
+            "delete": {
+                "operationId": "deleteExchange",
+                "tags": ["exchanges"],
+                "summary": "Delete an exchange, its log, and every binding from or to it.",
+                "parameters": [_IF_UNUSED_PARAMETER],
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    "400": _error("if_unused is not true or false (INVALID_REQUEST)."),
+                    "404": _UNKNOWN_EXCHANGE,
+                    "409": _error(
+                        "if_unused is true and bindings leave the exchange (EXCHANGE_IN_USE)."
+                    ),
+                },
+            },
+        },
+        "/api/v1/exchanges/{name}/bindings": {
+            "parameters": [_EXCHANGE_PARAMETER],
+            "get": {
+                "operationId": "listBindings",
+                "tags": ["exchanges"],
+                "summary": "The bindings leaving an exchange, in the order they were made.",
+                "responses": {
+                    "200": _json(_ref("BindingList"), "The bindings."),
+                    "404": _UNKNOWN_EXCHANGE,
+                },
+            },
+            "post": {
+                "operationId": "bind",
+                "tags": ["exchanges"],
+                "summary": "Bind a topic or an exchange to this exchange.",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("BindingRequest")}},
+                },
+                "responses": {
+                    "200": _json(_ref("Binding"), "The binding existed already."),
+                    "201": _json(_ref("Binding"), "Bound (durable before the answer)."),
+                    "400": _BAD_BINDING,
+                    "404": _error(
+                        "No such exchange, or no topic or exchange to bind to "
+                        "(UNKNOWN_TOPIC_OR_PARTITION)."
+                    ),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/api/v1/exchanges/{name}/bindings/delete": {
+            "parameters": [_EXCHANGE_PARAMETER],
+            "post": {
+                "operationId": "unbind",
+                "tags": ["exchanges"],
+                "summary": "Remove the binding with these fields (those it was made with).",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("BindingRequest")}},
+                },
+                "responses": {
+                    "204": {"description": "Removed (durable before the answer)."},
+                    "400": _BAD_BINDING,
+                    "404": _error(
+                        "No such exchange (UNKNOWN_TOPIC_OR_PARTITION), or no such binding "
+                        "(BINDING_NOT_FOUND)."
+                    ),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenApi",
@@ -575,8 +857,29 @@ def _schemas() -> dict[str, Schema]:
         ),
         "GroupMember": _GROUP_MEMBER,
         "GroupPartition": _GROUP_PARTITION,
+        "ExchangeSummary": _object(_EXCHANGE_SUMMARY_PROPERTIES),
+        "ExchangeList": _object({"exchanges": {"type": "array", "items": _ref("ExchangeSummary")}}),
+        "Exchange": _object(
+            {
+                **_EXCHANGE_SUMMARY_PROPERTIES,
+                "bindings": {"type": "array", "items": _ref("Binding")},
+                "stats": _EXCHANGE_STATS,
+                "routing_lag_records": {
+                    **_integer(),
+                    "description": "Records written to the exchange and not routed yet, "
+                    "summed over its partitions: 0 but while the broker re-routes after a "
+                    "crash.",
+                },
+            }
+        ),
+        "Binding": _BINDING,
+        "BindingList": _object(
+            {"exchange": _STRING, "bindings": {"type": "array", "items": _ref("Binding")}}
+        ),
         "CreateTopic": _CREATE_TOPIC,
         "AlterConfigs": _ALTER_CONFIGS,
+        "DeclareExchange": _DECLARE_EXCHANGE,
+        "BindingRequest": _BINDING_REQUEST,
     }
 
 
@@ -589,8 +892,8 @@ def document() -> Schema:
             "info": {
                 "title": "WeirMQ admin API",
                 "version": __version__,
-                "description": "Health, topics, partitions and consumer groups (with their "
-                "lag) of one WeirMQ broker. Errors are "
+                "description": "Health, topics, partitions, consumer groups (with their "
+                "lag) and exchanges (with their bindings) of one WeirMQ broker. Errors are "
                 '{"error": {"code": ..., "message": ...}} with a 4xx status.',
             },
             "paths": _paths(),

@@ -6,6 +6,9 @@ consistent without locks, and each costs time proportional to the number of part
 The shapes are described, field by field, in `weirmq.admin.openapi`; a test validates
 every answer against that description, so the two cannot drift apart unnoticed.
 
+An exchange is a topic that routes (`weirmq.broker.exchanges`); its documents describe the
+routing side (definition, bindings, counters, lag), and the topic documents its log.
+
 Names follow Kafka where Kafka has one (``log_start_offset``, ``log_end_offset``,
 ``topic_id``, ``group_id``, ``member_id``); sizes are in bytes and durations in
 milliseconds, with the unit in the name. With one broker and no replication, a partition's
@@ -16,7 +19,7 @@ than Kafka's -1, so a client cannot mistake it for an offset.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Protocol
@@ -24,6 +27,7 @@ from typing import Protocol
 from weirmq import __version__
 from weirmq.broker.configs import ConfigSource
 from weirmq.broker.core import Broker
+from weirmq.broker.exchanges import ExchangeView
 from weirmq.broker.group_service import GroupView, MemberView
 from weirmq.broker.topics import Topic
 from weirmq.settings import Settings
@@ -54,6 +58,24 @@ class ConfigEntry(Protocol):
     def type(self) -> str: ...
     @property
     def documentation(self) -> str: ...
+
+
+class BindingDefinition(Protocol):
+    """What the broker's exchange service returns for one binding (the routing core's
+    `Binding`, which this package may not import: tests/test_import_rules.py)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def destination(self) -> str: ...
+    @property
+    def destination_kind(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def arguments(self) -> Mapping[str, object]: ...
+    @property
+    def expression(self) -> str | None: ...
 
 
 # --- the broker -----------------------------------------------------------------------------
@@ -261,3 +283,48 @@ def _known(offset: int) -> int | None:
 def _offline_reason(broker: Broker, topic: str, partition: int) -> str | None:
     log = broker.partition_log(topic, partition)
     return NO_LOG_REASON if log is None else log.offline_reason
+
+
+# --- exchanges ------------------------------------------------------------------------------
+
+
+def exchange_summary(view: ExchangeView) -> JsonObject:
+    """An exchange as listed: its definition, its size and how many bindings leave it."""
+    exchange = view.exchange
+    return {
+        "name": exchange.name,
+        "type": str(exchange.type),
+        "alternate": exchange.alternate,
+        "unroutable": exchange.unroutable,
+        "partition_count": view.partitions,
+        "binding_count": len(view.bindings),
+    }
+
+
+def exchange_detail(view: ExchangeView) -> JsonObject:
+    """The summary, every binding leaving the exchange, its counters and its routing lag."""
+    stats = view.stats
+    return {
+        **exchange_summary(view),
+        "bindings": [binding_document(binding) for binding in view.bindings],
+        "stats": {
+            "routed_records": stats.copies,
+            "unroutable_records": stats.unroutable,
+            "alternate_records": stats.alternate,
+            "failed_records": stats.failed,
+        },
+        "routing_lag_records": view.lag_records,
+    }
+
+
+def binding_document(binding: BindingDefinition) -> JsonObject:
+    """A binding: the same fields a client sends to make it or to remove it, plus where it
+    leaves from and what kind of destination it reaches."""
+    return {
+        "source": binding.source,
+        "destination": binding.destination,
+        "destination_kind": binding.destination_kind,
+        "key": binding.key,
+        "arguments": dict(binding.arguments),
+        "expression": binding.expression,
+    }
