@@ -19,7 +19,7 @@ from weirmq.testing import Broker
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WORKLOADS = ["startup", "idle", "produce", "consume", "requests", "latency", "partitions",
-             "stop", "rebalance"]
+             "stop", "routing", "rebalance"]
 
 
 def bench(*args: str, cwd: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
@@ -94,6 +94,11 @@ def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
     # The group settles only after the new member has its partitions and consumes them.
     assert (0 < rebalance["new_member_assigned_s_median"]
             <= rebalance["new_member_consuming_s_median"] <= rebalance["rebalance_s_median"])
+    # Routing: every acknowledged record reached its destination (checked by the workload).
+    plain, *routed = measured(document, "routing")
+    assert plain["routed_per_s"] > 0 and [c["bindings"] for c in routed] == [10, 10_000]
+    for case in routed:
+        assert case["routed"] == case["messages"] > 0 and case["routed_per_s"] > 0
     # Every target has its figure in a quick run except those of 10,000 partitions and of
     # 16 KB messages (and the broker's latency share, until the broker exports it).
     missing = [t["target"] for t in document["targets"] if t["measured"] is None]

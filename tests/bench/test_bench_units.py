@@ -233,7 +233,7 @@ def test_targets_come_from_the_runs_own_figures() -> None:
 
 def test_issue_17_targets_come_from_the_runs_own_figures() -> None:
     every = report.targets(sample_document())
-    assert {t["issue"] for t in every} == {6, 17}
+    assert {t["issue"] for t in every} == {6, 17, 18}
     by_name = {t["target"]: t for t in every if t["issue"] == 17}
     produce = by_name["produce: broker CPU per request beyond the per-byte cost, µs"]
     assert produce["measured"] == pytest.approx(1.54 / 15_700 * 1e6) and produce["met"] is False
@@ -306,3 +306,17 @@ def test_the_plot_is_a_png_whatever_was_measured(tmp_path: Path,
     path = tmp_path / "plot.png"
     report.plot(document, path)
     assert path.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_issue_18_targets_compare_routed_with_plain_records_per_second() -> None:
+    document = {"workloads": {"routing": {"cases": [
+        {"name": "plain", "routed_per_s": 200_000.0},
+        {"name": "topic exchange, 10 bindings", "routed_per_s": 110_000.0},
+        {"name": "topic exchange, 10,000 bindings", "routed_per_s": 70_000.0},
+    ]}}}  # fmt: skip
+    by_name = {t["target"]: t for t in report.targets(document) if t["issue"] == 18}
+    ten = by_name["routed ÷ plain records/s, topic exchange with 10 bindings"]
+    assert ten["measured"] == pytest.approx(0.55) and ten["met"] is True
+    many = by_name["routed ÷ plain records/s, topic exchange with 10,000 bindings"]
+    assert many["measured"] == pytest.approx(0.35) and many["met"] is False
+    assert all(t["met"] is None for t in report.targets({}) if t["issue"] == 18)

@@ -8,6 +8,7 @@ runs is what a kill -9 leaves (the page cache survives a killed process).
 from __future__ import annotations
 
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -400,3 +401,34 @@ def test_a_kill_at_any_point_of_routing_loses_and_repeats_nothing(
 def value_of(shown: str) -> bytes:
     """The value of a record from its repr (values here are plain ASCII)."""
     return shown.split("value=b'", 1)[1].split("'", 1)[0].encode()
+
+
+def test_a_compressed_batch_too_big_once_decompressed_is_copied_in_several(
+    broker: Broker,
+) -> None:
+    import gzip
+
+    from weirmq.records.batch import ATTR_CODEC_MASK, HEADER_BYTES, parse_header
+
+    exchange(broker, "x", "fanout")
+    broker.create_topic("dest", 1)
+    broker.exchanges.bind("x", "dest")
+    plain = encode_batch([rec(bytes(1000) + b"%d" % i) for i in range(2500)])  # ~2.5 MB
+    header = parse_header(plain)
+    body = gzip.compress(plain[HEADER_BYTES:])
+    # The same records, gzip-compressed: attributes say so, the CRC covers the new bytes.
+    from weirmq.records import checksum
+
+    after_crc = struct.pack(">h", 1 & ATTR_CODEC_MASK) + plain[23:HEADER_BYTES] + body
+    batch = (
+        struct.pack(">qiib", 0, 4 + 1 + 4 + len(after_crc), 0, 2)
+        + struct.pack(">I", checksum.crc32c(after_crc))
+        + after_crc
+    )
+    assert header.records_count == 2500 and len(batch) < 100_000
+    publish_raw = the(broker, "x").publish(batch, Durability.WRITTEN)
+    assert publish_raw.base_offset == 0
+    copied = the(broker, "dest")
+    sizes = [len(b) for b in scan_batches(copied.log, 0)]
+    assert len(sizes) >= 3 and max(sizes) <= exchanges_module.COPY_BATCH_BYTES_MAX + 4096
+    assert values(broker, "dest") == [bytes(1000) + b"%d" % i for i in range(2500)]

@@ -5,8 +5,9 @@ The results are the JSON document `weirmq.bench.runner` writes: ``{"workloads": 
 and nothing else, so a saved JSON file can be re-rendered later (``weirmq bench --from
 FILE``).
 
-The targets are issue 6's (the first version of the suite) and issue 17's (the cost of a
-request: small batches, per-request overhead, many partitions, latency, start and stop).
+The targets are issue 6's (the first version of the suite), issue 17's (the cost of a
+request: small batches, per-request overhead, many partitions, latency, start and stop) and
+issue 18's (routing through an exchange against plain produce).
 Each is computed from the figures of one run, so a ratio always compares two measurements
 taken minutes apart on the same machine, never against a figure from another day. A target
 whose figures the run did not measure (a workload left out, a quick run) is "not
@@ -76,7 +77,8 @@ STOP_TARGET = "clean stop with 10,000 partitions, s"
 
 
 def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every target of issues 6 and 17: what it asks, the figure measured, whether it held.
+    """Every target of issues 6, 17 and 18: what it asks, the figure measured, whether it
+    held.
 
     ``met`` is None when the figures it needs were not measured in this run. A case that
     failed where the target is that it works (10,000 partitions; a clean stop) is a
@@ -90,6 +92,8 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
         if what == STOP_TARGET and failed_stop is not None:
             target.update(met=False, note=failed_stop["error"])
         out.append(target)
+    out += [_target(18, what, measured, goal, check)
+            for what, measured, goal, check in _issue_18(document)]
     return out
 
 
@@ -195,6 +199,18 @@ def _issue_17(document: dict[str, Any]) -> list[Row]:
         ("idle RSS, MB", get("idle", "idle", "rss_mb"), "<= 40", _at_most(40)),
     ]
     return rows
+
+
+def _issue_18(document: dict[str, Any]) -> list[Row]:
+    """Issue 18's targets: records/s into destinations through a topic exchange, against
+    plain produce in the same run."""
+    def routed(name: str) -> float | None:
+        return _get(find(document, "routing", name), "routed_per_s")
+
+    plain = routed("plain")
+    return [(f"routed ÷ plain records/s, topic exchange with {n} bindings",
+             _ratio(routed(f"topic exchange, {n} bindings"), plain), goal, _at_least(limit))
+            for n, goal, limit in (("10", ">= 0.5", 0.5), ("10,000", ">= 0.4", 0.4))]
 
 
 def _produce_case(document: dict[str, Any], value_bytes: int, acks: str,

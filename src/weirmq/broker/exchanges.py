@@ -648,9 +648,14 @@ class Exchanges:
             return 0
         if after >= base_offset:
             spans = [s for s in spans if base_offset + s.offset_delta > after]
+            if not spans:
+                return 0
         appended = 0
         now = self._broker.clock()
-        for chunk in _chunks(spans):
+        # A source batch is at most max.message.bytes, but a compressed one may hold far
+        # more: only then can a copy need splitting.
+        chunks = [spans] if len(batch.payload) <= COPY_BATCH_BYTES_MAX else _chunks(spans)
+        for chunk in chunks:
             last_source = base_offset + chunk[-1].offset_delta
             base_sequence = (last_source - len(chunk) + 1) % _SEQUENCE_MODULUS
             records = copy_batch(
