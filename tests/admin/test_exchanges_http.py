@@ -557,3 +557,29 @@ def test_the_spec_follows_the_routing_core() -> None:
     assert openapi.BINDING_ARGUMENTS_MAX == limits.BINDING_ARGUMENTS_MAX
     assert openapi.ARGUMENT_VALUE_CHARS_MAX == limits.ARGUMENT_VALUE_MAX_CHARS
     assert openapi.EXPRESSION_CHARS_MAX == limits.EXPRESSION_MAX_CHARS
+
+
+REPLAY = "/api/v1/exchanges/{name}/replay"
+
+
+def test_replay_re_routes_what_came_before_a_binding(running: Broker) -> None:
+    declare(running, name="events", type="topic", partitions=1)
+    running.call(publish, running.broker, "events", ["eu.1", "us.1", "eu.2"])
+    bind(running, "events", destination="audit", key="eu.*")
+    running.call(publish, running.broker, "events", ["eu.3"])  # routed live
+    done = call(running, "POST", REPLAY, 200, {"destination": "audit", "key": "eu.*"},
+                name="events")  # fmt: skip
+    assert done["ranges"] == [{"partition": 0, "start_offset": 0, "end_offset": 3}]
+    assert (done["records_read"], done["records_routed"]) == (3, 2)
+    assert done["binding"] == binding("events", "audit", key="eu.*")
+    audit = running.call(lambda: running.broker.partition("audit", 0).log_end_offset)
+    assert audit == 3  # eu.3 once, eu.1 and eu.2 once
+    ranged = {"destination": "audit", "key": "eu.*", "from_offsets": {"0": 2},
+              "to_offsets": {"0": 3}}  # fmt: skip
+    again = call(running, "POST", REPLAY, 200, ranged, name="events")
+    assert (again["records_read"], again["records_routed"]) == (1, 1)
+    refused(running, "POST", REPLAY, 404, "BINDING_NOT_FOUND",
+            body={"destination": "audit", "key": "nope"}, name="events")  # fmt: skip
+    refused(running, "POST", REPLAY, 400, "INVALID_REQUEST",
+            body={"destination": "audit", "key": "eu.*", "from_offsets": {"x": 1}},
+            name="events")  # fmt: skip

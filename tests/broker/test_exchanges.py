@@ -432,3 +432,50 @@ def test_a_compressed_batch_too_big_once_decompressed_is_copied_in_several(
     sizes = [len(b) for b in scan_batches(copied.log, 0)]
     assert len(sizes) >= 3 and max(sizes) <= exchanges_module.COPY_BATCH_BYTES_MAX + 4096
     assert values(broker, "dest") == [bytes(1000) + b"%d" % i for i in range(2500)]
+
+
+# --- replay ---------------------------------------------------------------------------------
+
+
+def replay(broker: Broker, binding: Binding, **kwargs: object) -> tuple[int, int]:
+    ranges = broker.exchanges.replay_ranges(binding, **kwargs)  # type: ignore[arg-type]
+    progress = list(broker.exchanges.replay(binding, ranges))
+    return progress[-1] if progress else (0, 0)
+
+
+def test_replay_sends_a_new_binding_what_came_before_it_once(tmp_path: Path) -> None:
+    broker = open_broker(tmp_path / "data")
+    exchange(broker, "x", "topic", partitions=2)
+    broker.create_topic("old", 1)
+    broker.create_topic("new", 2)
+    broker.exchanges.bind("x", "old", key="#")
+    for index in range(2):
+        publish(broker, "x", [rec(b"%d-%d" % (index, i), b"eu.%d" % i) for i in range(3)], index)
+        publish(broker, "x", [rec(b"us-%d" % index, b"us.1")], index)
+    binding, _ = broker.exchanges.bind("x", "new", key="eu.*")
+    publish(broker, "x", [rec(b"after", b"eu.9")])
+    broker.close()  # the binding's starting point survives a restart
+    broker = open_broker(tmp_path / "data")
+    [binding] = [b for b in broker.exchanges.router.bindings("x") if b.destination == "new"]
+    assert replay(broker, binding) == (8, 6)  # 8 records before the binding, 6 matched
+    assert sorted(values(broker, "new")) == sorted(
+        [b"%d-%d" % (p, i) for p in range(2) for i in range(3)] + [b"after"]
+    )
+    # Per key, the order of the exchange (eu.0's records: partition 0's, then 1's).
+    assert len(values(broker, "old")) == 9  # the old binding got nothing again
+    broker.close()
+
+
+def test_replay_a_range_and_through_an_exchange(broker: Broker) -> None:
+    exchange(broker, "x", "direct")
+    exchange(broker, "fan", "fanout")
+    broker.create_topic("a", 1)
+    broker.create_topic("b", 1)
+    publish(broker, "x", [rec(b"%d" % i, b"k") for i in range(10)])
+    broker.exchanges.bind("fan", "a")
+    broker.exchanges.bind("fan", "b")
+    binding, _ = broker.exchanges.bind("x", "fan", key="k")
+    assert replay(broker, binding, from_offsets={0: 3}, to_offsets={0: 6}) == (3, 6)
+    assert values(broker, "a") == values(broker, "b") == [b"3", b"4", b"5"]
+    with pytest.raises(UnknownExchangeError):
+        replay(broker, Binding("x", "a", "topic", key="nope"))

@@ -25,6 +25,7 @@ Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json
     GET    /api/v1/exchanges/{name}       DELETE [?if_unused=true] 204
     GET    /api/v1/exchanges/{name}/bindings  POST                 201, 200 if bound
     POST   /api/v1/exchanges/{name}/bindings/delete                204
+    POST   /api/v1/exchanges/{name}/replay                         200 when re-routed
     GET    /openapi.json
     GET    /metrics                                        Prometheus text format
 
@@ -50,14 +51,13 @@ Prometheus scrape every few seconds would otherwise be most of the broker's log.
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import json
 import logging
 import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -102,6 +102,7 @@ _CREATE_TOPIC_FIELDS = frozenset({"name", "partitions", "configs"})
 _ALTER_CONFIGS_FIELDS = frozenset({"set", "delete"})
 _DECLARE_EXCHANGE_FIELDS = frozenset({"name", "type", "partitions", "alternate", "unroutable"})
 _BINDING_FIELDS = frozenset({"destination", "key", "arguments", "expression"})
+_REPLAY_FIELDS = _BINDING_FIELDS | {"from_timestamp_ms", "from_offsets", "to_offsets"}
 _UNROUTABLE_POLICIES = ("drop", "reject")
 _UNROUTABLE_DEFAULT = "drop"
 # Exactly Kafka's topic names: the broker's config check would take " x " as "x".
@@ -188,6 +189,7 @@ def create_app(broker: Broker) -> web.Application:
             web.get("/api/v1/exchanges/{name}/bindings", list_bindings),
             web.post("/api/v1/exchanges/{name}/bindings", bind),
             web.post("/api/v1/exchanges/{name}/bindings/delete", unbind),
+            web.post("/api/v1/exchanges/{name}/replay", replay),
             web.get("/openapi.json", get_openapi),
             web.get("/metrics", get_metrics),
         ]
@@ -387,31 +389,78 @@ async def bind(request: web.Request) -> web.Response:
 async def unbind(request: web.Request) -> web.Response:
     broker, name = request.app[BROKER], _exchange(request)
     wanted = _binding_fields(await _json_object(request, _BINDING_FIELDS))
-    exchanges = broker.exchanges
-    bound = exchanges.router.bindings(name)
-    # The binding is made as the router makes bindings, so that the router's own checks and
-    # equality find it (arguments compared by kind: 1 equals 1.0, not true). This package
-    # may not import the routing core's `Binding` (tests/test_import_rules.py), so it is a
-    # copy of one the exchange has, with the request's fields: `dataclasses.replace` runs
-    # the constructor. An exchange without bindings has none to remove.
-    kind: Literal["topic", "exchange"] = (
-        "exchange" if wanted.destination in exchanges.router else "topic"
+    found = broker.exchanges.find_binding(
+        name,
+        wanted.destination,
+        key=wanted.key,
+        arguments=wanted.arguments,
+        expression=wanted.expression,
     )
-    if not bound or not exchanges.unbind(
-        dataclasses.replace(
-            bound[0],
-            destination=wanted.destination,
-            destination_kind=kind,
-            key=wanted.key,
-            arguments=wanted.arguments,
-            expression=wanted.expression,
-        )
-    ):
+    if found is None or not broker.exchanges.unbind(found):
         raise ApiError(
             404, BINDING_NOT_FOUND, f"exchange {name!r} has no binding with these fields"
         )
     await broker.exchanges.definitions_durable()
     return web.Response(status=204)
+
+
+async def replay(request: web.Request) -> web.Response:
+    """Re-route a range of the exchange's log into one of its bindings (see
+    `Exchanges.replay`); answers when done, yielding to other work after each batch."""
+    broker, name = request.app[BROKER], _exchange(request)
+    body = await _json_object(request, _REPLAY_FIELDS)
+    wanted = _binding_fields({k: v for k, v in body.items() if k in _BINDING_FIELDS})
+    binding = broker.exchanges.find_binding(
+        name,
+        wanted.destination,
+        key=wanted.key,
+        arguments=wanted.arguments,
+        expression=wanted.expression,
+    )
+    if binding is None:
+        raise ApiError(
+            404, BINDING_NOT_FOUND, f"exchange {name!r} has no binding with these fields"
+        )
+    timestamp = body.get("from_timestamp_ms")
+    if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
+        raise ApiError(400, INVALID_REQUEST, "'from_timestamp_ms' must be an integer")
+    ranges = broker.exchanges.replay_ranges(
+        binding,
+        from_offsets=_offsets(body, "from_offsets"),
+        from_timestamp_ms=timestamp,
+        to_offsets=_offsets(body, "to_offsets"),
+    )
+    progress = (0, 0)
+    for progress in broker.exchanges.replay(binding, ranges):  # noqa: B007 (used after)
+        await asyncio.sleep(0)  # one source batch at a time: others are served in between
+    return web.json_response(
+        {
+            "exchange": name,
+            "binding": views.binding_document(binding),
+            "ranges": [
+                {"partition": p, "start_offset": start, "end_offset": end}
+                for p, (start, end) in sorted(ranges.items())
+            ],
+            "records_read": progress[0],
+            "records_routed": progress[1],
+        }
+    )
+
+
+def _offsets(body: dict[str, object], name: str) -> dict[int, int] | None:
+    """`{"0": 12, "1": 40}`: offsets by partition number."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and _DIGITS.fullmatch(k) and len(k) <= _PARTITION_DIGITS_MAX
+        and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for k, v in value.items()
+    ):  # fmt: skip
+        raise ApiError(
+            400, INVALID_REQUEST, f"{name!r} must map partition numbers to offsets (>= 0)"
+        )
+    return {int(k): int(v) for k, v in value.items()}
 
 
 async def get_openapi(request: web.Request) -> web.Response:

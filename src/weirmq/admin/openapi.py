@@ -470,6 +470,52 @@ _BINDING_REQUEST: Schema = {
     "example": {"destination": "orders", "key": "eu.#"},
 }
 
+_OFFSETS: Schema = {
+    "type": "object",
+    "additionalProperties": {"type": "integer", "minimum": 0},
+    "description": "Offsets by partition number (keys are partition numbers as text).",
+    "example": {"0": 0},
+}
+_REPLAY_REQUEST: Schema = {
+    **_BINDING_REQUEST,
+    "properties": {
+        **_BINDING_REQUEST["properties"],
+        "from_timestamp_ms": {
+            "type": "integer",
+            "description": "Start, in each partition, at the first record at or after this "
+            "time. Without it (and without from_offsets): the log start.",
+        },
+        "from_offsets": _OFFSETS,
+        "to_offsets": {
+            **_OFFSETS,
+            "description": "Stop before these offsets. Without them: where routing was when "
+            "the binding was made, so the binding gets nothing twice.",
+        },
+    },
+    "description": "One binding of the exchange (its fields) and the range to re-route.",
+    "example": {"destination": "orders", "key": "eu.#"},
+}
+_REPLAY_RESULT: Schema = _object(
+    {
+        "exchange": {"type": "string"},
+        "binding": _ref("Binding"),
+        "ranges": {
+            "type": "array",
+            "items": _object(
+                {
+                    "partition": {"type": "integer", "minimum": 0},
+                    "start_offset": {"type": "integer", "minimum": 0},
+                    "end_offset": {"type": "integer", "minimum": 0},
+                }
+            ),
+        },
+        "records_read": {"type": "integer", "minimum": 0},
+        "records_routed": {"type": "integer", "minimum": 0},
+    },
+    "What was re-routed: per partition [start_offset, end_offset), the records read there "
+    "and the copies written into the binding's destination.",
+)
+
 # --- operations -----------------------------------------------------------------------------
 
 
@@ -796,6 +842,28 @@ def _paths() -> dict[str, Schema]:
                 },
             },
         },
+        "/api/v1/exchanges/{name}/replay": {
+            "parameters": [_EXCHANGE_PARAMETER],
+            "post": {
+                "operationId": "replayExchange",
+                "tags": ["exchanges"],
+                "summary": "Re-route a range of the exchange's log into one of its bindings "
+                "(by default, what the exchange held before the binding was made).",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ReplayRequest")}},
+                },
+                "responses": {
+                    "200": _json(_ref("ReplayResult"), "Done: the copies are written."),
+                    "400": _BAD_BINDING,
+                    "404": _error(
+                        "No such exchange (UNKNOWN_TOPIC_OR_PARTITION), or no such binding "
+                        "(BINDING_NOT_FOUND)."
+                    ),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenApi",
@@ -880,6 +948,8 @@ def _schemas() -> dict[str, Schema]:
         "AlterConfigs": _ALTER_CONFIGS,
         "DeclareExchange": _DECLARE_EXCHANGE,
         "BindingRequest": _BINDING_REQUEST,
+        "ReplayRequest": _REPLAY_REQUEST,
+        "ReplayResult": _REPLAY_RESULT,
     }
 
 

@@ -71,7 +71,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -302,6 +302,9 @@ class Exchanges:
         self._inputs: dict[TopicPartition, ExchangeInput] = {}
         self.cursors: dict[TopicPartition, int] = {}
         """Per exchange partition, the offset routing has reached (see "Crashes")."""
+        self.bound_at: dict[Binding, dict[int, int]] = {}
+        """Per binding: where routing was in each partition of its exchange when it was
+        made, so that `replay` re-routes by default exactly what came before it."""
         self.topology = 0
         """Bumped whenever a topic appears, disappears or grows: the memos of every
         `ExchangeInput` depend on the partition counts."""
@@ -342,8 +345,11 @@ class Exchanges:
                 if self._destination_kind(binding.destination) is None:
                     return 0  # the destination was deleted without its unbind
                 self.router.bind(binding)
+                bound_at = change.get("bound_at") or {}
+                self.bound_at[binding] = {int(p): int(o) for p, o in bound_at.items()}
             else:
                 self.router.unbind(binding)
+                self.bound_at.pop(binding, None)
         except UnknownExchangeError:
             return 0  # the source was deleted
         except (ValueError, KeyError, TypeError, RoutingError) as exc:
@@ -451,6 +457,22 @@ class Exchanges:
             raise
         return binding, True
 
+    def find_binding(
+        self,
+        source: str,
+        destination: str,
+        *,
+        key: str = "",
+        arguments: Mapping[str, HeaderValue] | None = None,
+        expression: str | None = None,
+    ) -> Binding | None:
+        """The binding of exchange `source` with these fields, or None. (Arguments compare
+        as the router compares them: 1 equals 1.0, not true.) Raises the routing error of
+        fields no binding could have."""
+        kind: DestinationKind = "exchange" if destination in self.router else "topic"
+        wanted = Binding(source, destination, kind, key, arguments or {}, expression)
+        return wanted if wanted in dict.fromkeys(self.router.bindings(source)) else None
+
     def unbind(self, binding: Binding) -> bool:
         """Remove a binding; True if it existed."""
         if not self.router.unbind(binding):
@@ -543,15 +565,23 @@ class Exchanges:
         return None
 
     def _write_changes(self, op: str, bindings: Iterable[Binding]) -> None:
-        values = [
-            json.dumps({"op": op, "binding": binding_document(b)}, sort_keys=True).encode()
-            for b in bindings
-        ]
+        values = []
+        for binding in bindings:
+            change: dict[str, object] = {"op": op, "binding": binding_document(binding)}
+            if op == "bind":
+                bound_at = self.bound_at[binding] = self._cursors_of(binding.source)
+                change["bound_at"] = {str(p): o for p, o in bound_at.items()}
+            else:
+                self.bound_at.pop(binding, None)
+            values.append(json.dumps(change, sort_keys=True).encode())
         partition = self._routing_partition()
         now = self._broker.clock()
         for start in range(0, len(values), 500):
             chunk = values[start : start + 500]
             partition.append_internal(encode_batch([Record(v, b"binding", (), now) for v in chunk]))
+
+    def _cursors_of(self, exchange: str) -> dict[int, int]:
+        return {tp.partition: o for tp, o in self.cursors.items() if tp.topic == exchange}
 
     def _routing_partition(self) -> Partition:
         found = self._broker.partition(ROUTING_TOPIC, 0)
@@ -729,6 +759,110 @@ class Exchanges:
         below = top - ((top - last_seq) % _SEQUENCE_MODULUS)  # the nearest at or below top
         above = below + _SEQUENCE_MODULUS
         return top if above - top < top - below else below
+
+    # --- replay --------------------------------------------------------------------------
+
+    def replay_ranges(
+        self,
+        binding: Binding,
+        *,
+        from_offsets: Mapping[int, int] | None = None,
+        from_timestamp_ms: int | None = None,
+        to_offsets: Mapping[int, int] | None = None,
+    ) -> dict[int, tuple[int, int]]:
+        """Per partition of the binding's exchange, the offsets [start, end) `replay`
+        would re-route: from `from_offsets` (per partition), else the first record at or
+        after `from_timestamp_ms`, else the log start; up to `to_offsets`, else where
+        routing was when the binding was made (so nothing it already got is sent twice),
+        else where routing is now. Raises UnknownExchangeError / InvalidConfigError."""
+        if binding not in dict.fromkeys(self.router.bindings(binding.source)):
+            raise UnknownExchangeError(f"exchange {binding.source!r} has no such binding")
+        topic = self._broker.known_topic(binding.source)
+        bound_at = self.bound_at.get(binding, {})
+        ranges: dict[int, tuple[int, int]] = {}
+        for index in range(topic.partitions):
+            partition = self._broker.partitions.get(TopicPartition(binding.source, index))
+            if partition is None:
+                continue
+            start = partition.log_start_offset
+            if from_offsets is not None and index in from_offsets:
+                start = max(start, from_offsets[index])
+            elif from_timestamp_ms is not None:
+                found = partition.log.offset_for_timestamp(from_timestamp_ms)
+                start = partition.log_end_offset if found is None else found.offset
+            cursor = self.cursors.get(TopicPartition(binding.source, index), start)
+            end = min(bound_at.get(index, cursor), cursor)
+            if to_offsets is not None and index in to_offsets:
+                end = min(to_offsets[index], cursor)
+            ranges[index] = (start, max(start, end))
+        return ranges
+
+    def replay(
+        self, binding: Binding, ranges: Mapping[int, tuple[int, int]]
+    ) -> Iterator[tuple[int, int]]:
+        """Re-route the records of `ranges` (from `replay_ranges`) into `binding` only:
+        those its pattern, arguments or expression match go to its destination (through
+        it, when that is an exchange), partitioned as live routing does. Yields (records
+        read, copies written) after each source batch, so that a caller on the event loop
+        can let others run in between. The copies carry no producer id: a replay is not
+        part of crash recovery, and one cut short is run again with a range."""
+        only = Router()
+        only.declare(self.router.exchange(binding.source))
+        if binding.to_exchange:
+            only.declare(self.router.exchange(binding.destination))
+        only.bind(binding)
+        read = copied = 0
+        for index, (start, end) in sorted(ranges.items()):
+            partition = self._broker.partitions.get(TopicPartition(binding.source, index))
+            if partition is None or start >= end:
+                continue
+            for stored in scan_batches(partition.log, start):
+                header, payload, spans = record_spans(stored)
+                base = header.base_offset
+                if base >= end:
+                    break
+                picked = [s for s in spans if start <= base + s.offset_delta < end]
+                read += len(picked)
+                copied += self._replay_batch(binding, only, header, payload, picked, index)
+                yield read, copied
+
+    def _replay_batch(
+        self,
+        binding: Binding,
+        only: Router,
+        header: BatchHeader,
+        payload: bytes,
+        spans: list[RecordSpan],
+        index: int,
+    ) -> int:
+        copies: dict[tuple[str, int], list[RecordSpan]] = {}
+        counts = self.topic_partitions
+        for span in spans:
+            key, headers = span_routing_key(span), dict(span.headers)
+            try:
+                route = only.route(binding.source, key, headers)
+                if binding.to_exchange and binding.destination in route.visited:
+                    route = self.router.route(binding.destination, key, headers)
+            except RoutingError:
+                continue
+            for topic in route.topics:
+                if topic not in counts:
+                    continue
+                if span.key is None:
+                    seed = _BATCH_SEED.pack(header.base_offset, index)
+                    hashed = murmurhash2(seed, MURMUR2_SEED) & 0x7FFFFFFF
+                else:
+                    hashed = murmurhash2(span.key, MURMUR2_SEED) & 0x7FFFFFFF
+                copies.setdefault((topic, hashed % counts[topic]), []).append(span)
+        written = 0
+        for pair, picked in copies.items():
+            partition = self._broker.partitions.get(TopicPartition(*pair))
+            if partition is None:
+                continue
+            for chunk in _chunks(picked):
+                partition.append_internal(copy_batch(header, payload, chunk))
+                written += len(chunk)
+        return written
 
     # --- views and checkpoints -----------------------------------------------------------
 

@@ -27,11 +27,12 @@ CLIENT_COMMANDS = {
     "groups": "weirmq.cli.groups:groups",
     "produce": "weirmq.cli.produce:produce",
     "consume": "weirmq.cli.consume:consume",
+    "exchanges": "weirmq.cli.exchanges:exchanges",
     "bench": "weirmq.cli.bench:bench",
 }
 
 EXIT_CODES_EPILOG = (
-    "\b\nExit codes of the client commands (topics, groups, produce, consume):\n"
+    "\b\nExit codes of the client commands (topics, groups, exchanges, produce, consume):\n"
     "  0  success\n"
     "  1  the broker answered with an error (e.g. the topic exists or does not exist,\n"
     "     an invalid config, a group that does not exist or still has members,\n"

@@ -120,6 +120,6 @@ def _skip_test_only_imports() -> None:
         sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
 
-# topics, groups, produce and consume: registered by name only, imported when one of them
-# runs, so `weirmq serve` does not pay for building them (see lazy.py).
+# topics, groups, produce, consume, bench and exchanges: registered by name only, imported
+# when one of them runs, so `weirmq serve` does not pay for building them (see lazy.py).
 add_client_commands(main)
