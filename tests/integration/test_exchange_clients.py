@@ -11,7 +11,7 @@ import functools
 import time
 import warnings
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
@@ -286,3 +286,83 @@ def test_kill_while_producing_to_an_exchange_loses_and_repeats_nothing(
             by_key[message.key()].append(int(message.value()))
         for key, seen in by_key.items():
             assert seen == sorted(seen), (topic, key)
+
+
+def _produce_confluent(
+    bootstrap: str, topic: str, records: list[tuple[bytes, bytes, list[tuple[str, bytes]]]]
+) -> None:
+    errors = ErrorLog()
+    producer = Producer(producer_config(bootstrap, errors, acks="all", **{"linger.ms": 5}))
+    for key, value, headers in records:
+        producer.produce(topic, value=value, key=key, headers=headers)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert errors.snapshot() == []
+
+
+def _produce_kafka_python(
+    bootstrap: str, topic: str, records: list[tuple[bytes, bytes, list[tuple[str, bytes]]]]
+) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    for key, value, headers in records:
+        producer.send(topic, key=key, value=value, headers=headers)
+    producer.flush(TIMEOUT_S)
+    producer.close()
+
+
+@pytest.mark.parametrize(
+    "produce", [_produce_confluent, _produce_kafka_python], ids=["confluent-kafka", "kafka-python"]
+)
+def test_every_exchange_type_and_a_chain_with_real_producers(
+    broker: BrokerProcess, produce: Any
+) -> None:
+    bootstrap = broker.bootstrap
+    create(
+        bootstrap,
+        exchange("direct-x", "direct", 2),
+        exchange("topic-x", "topic", 2),
+        exchange("fanout-x", "fanout"),
+        exchange("headers-x", "headers"),
+        exchange("content-x", "content"),
+        *(NewTopic(name, partitions) for name, partitions in
+          (("paid", 2), ("eu", 3), ("copy-a", 1), ("copy-b", 2), ("urgent-eu", 1),
+           ("big", 2))),
+    )  # fmt: skip
+    bind(bootstrap, "direct-x", "paid?key=order.paid")
+    bind(bootstrap, "topic-x", "eu?key=eu.#", "fanout-x?key=#", "content-x?key=*.vip.#")
+    bind(bootstrap, "fanout-x", "copy-a", "copy-b")
+    bind(bootstrap, "headers-x", "urgent-eu?region=eu&urgent")
+    bind(bootstrap, "content-x", "big?match=amount >= 100 AND region IN ('eu'%2C 'uk')")
+    records = []
+    for i in range(120):
+        region = ("eu", "us", "uk")[i % 3]
+        key = f"{region}.{'vip.' if i % 4 == 0 else ''}c{i % 9}".encode()
+        headers = [("region", region.encode()), ("amount", str(i * 3).encode())]
+        if i % 5 == 0:
+            headers.append(("urgent", b"yes"))
+        records.append((key, b"%d" % i, headers))
+    produce(bootstrap, "topic-x", records)
+    produce(bootstrap, "headers-x", records)
+    paid = [(b"order.paid", b"p%d" % i, []) for i in range(5)] + [(b"order.new", b"n", [])]
+    produce(bootstrap, "direct-x", paid)
+
+    def by_key(topic: str, partitions: int) -> dict[bytes, list[bytes]]:
+        found: dict[bytes, list[bytes]] = defaultdict(list)
+        for message in read_all(bootstrap, topic, partitions):
+            found[message.key()].append(message.value())
+        return found
+
+    def expected(keep: Any) -> dict[bytes, list[bytes]]:
+        found: dict[bytes, list[bytes]] = defaultdict(list)
+        for key, value, headers in records:
+            if keep(key.decode(), dict(headers)):
+                found[key].append(value)
+        return found
+
+    assert by_key("paid", 2) == {b"order.paid": [b"p%d" % i for i in range(5)]}
+    assert by_key("eu", 3) == expected(lambda k, h: k.startswith("eu."))
+    everything = expected(lambda k, h: True)
+    assert by_key("copy-a", 1) == everything and by_key("copy-b", 2) == everything
+    assert by_key("urgent-eu", 1) == expected(lambda k, h: h["region"] == b"eu" and "urgent" in h)
+    assert by_key("big", 2) == expected(
+        lambda k, h: ".vip." in k and int(h["amount"]) >= 100 and h["region"] in (b"eu", b"uk")
+    )
