@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -132,6 +133,7 @@ _SEQUENCE_MODULUS = 1 << 31
 MURMUR2_SEED = 0x9747B28C
 """Kafka's default partitioner: murmur2(key, this seed) & 0x7fffffff, modulo partitions."""
 _BATCH_SEED = struct.Struct(">qi")
+_OFFSET_DELTA = operator.attrgetter("offset_delta")
 COPY_BATCH_BYTES_MAX = 1 << 20
 """A destination batch holds at most about this many bytes of records (a compressed
 source batch can hold far more once decompressed)."""
@@ -188,13 +190,19 @@ class ExchangeView:
 
 @dataclass(slots=True)
 class _Batch:
-    """One source batch being routed: its records' spans, and each one's route (None: a
-    record recovery could not route under today's definitions)."""
+    """One source batch, routed: its records grouped by destination partition, in offset
+    order. Keyed records have their partitions already (the key decides); keyless ones
+    wait for the batch's offset, which places them (`Exchanges._keyless_pair`)."""
 
     header: BatchHeader
     payload: bytes
-    spans: list[RecordSpan]
-    routes: list[Route | None]
+    last_delta: int
+    """The offset delta of the batch's last record: the cursor goes past it."""
+    copies: dict[tuple[str, int], list[RecordSpan]]
+    keyless: list[tuple[RecordSpan, Route]]
+    alternate: int
+    """Records that went through an alternate exchange."""
+    unroutable: int
 
 
 ROUTE_MEMO_ENTRIES = 16_384
@@ -230,23 +238,52 @@ class ExchangeInput:
         """Route every record of the batch about to be appended; raises `UnroutableError`
         (nothing is written then) when one has no destination and the policy rejects."""
         header, payload, spans = record_spans(records)
+        reject = self._service.router.exchange(self.partition.tp.topic).unroutable == "reject"
+        return self.group(header, payload, spans, reject=reject)
+
+    def group(
+        self, header: BatchHeader, payload: bytes, spans: list[RecordSpan], *, reject: bool
+    ) -> _Batch:
+        """Route `spans` and group them by destination; see `_Batch`. This loop runs for
+        every record published to an exchange: the memos spare it the router and the
+        partitioner for keys seen before, and it touches each record once."""
         self._check_memo()
-        memo = self._memo
-        routes: list[Route | None] = []
-        append = routes.append
+        memo, destinations = self._memo, self.destination_memo
+        copies: dict[tuple[str, int], list[RecordSpan]] = {}
+        keyless: list[tuple[RecordSpan, Route]] = []
+        alternate = unroutable = 0
         for span in spans:
-            route = None if span.headers else memo.get(span.key)
-            if route is None:
+            key = span.key
+            pairs = None
+            memoized = None if span.headers else memo.get(key)
+            if memoized is None:
                 route = self.route(span)
-            append(route)
-        if self._service.router.exchange(self.partition.tp.topic).unroutable == "reject":
-            for span, route in zip(spans, routes, strict=True):
-                if route is not None and route.rejected:
+            else:
+                route = memoized
+                pairs = destinations.get(key) if key is not None else None
+            if route.alternates_used:
+                alternate += 1
+            if not route.topics:
+                if reject:
                     raise UnroutableError(
                         f"exchange {self.partition.tp.topic!r} routes no record with routing "
                         f"key {span_routing_key(span)!r} and refuses unroutable records"
                     )
-        return _Batch(header, payload, spans, routes)
+                unroutable += 1
+                continue
+            if key is None:
+                keyless.append((span, route))
+                continue
+            if pairs is None:
+                pairs = self.destinations(span, route)
+            for pair in pairs:
+                found = copies.get(pair)
+                if found is None:
+                    copies[pair] = [span]
+                else:
+                    found.append(span)
+        last_delta = spans[-1].offset_delta if spans else -1
+        return _Batch(header, payload, last_delta, copies, keyless, alternate, unroutable)
 
     def _check_memo(self) -> None:
         """Empty the memos when the definitions or the topics changed, or they are full."""
@@ -605,40 +642,26 @@ class Exchanges:
         batch: _Batch,
         base_offset: int,
         held: dict[TopicPartition, int] | None = None,
-        start: int = 0,
     ) -> None:
         """Append the copies of one source batch (appended at `base_offset`) to their
         destination partitions, and move the source's cursor past it. With `held`
         (recovery), skip what each destination already holds (`_held_offset`, cached in
-        `held`), and every record below offset `start`."""
+        `held`)."""
         stats = self.stats[source.partition.tp.topic]
-        copies: dict[tuple[str, int], list[RecordSpan]] = {}
-        keyless: dict[str, tuple[tuple[str, int], ...]] = {}
-        memo = source.destination_memo
-        for span, route in zip(batch.spans, batch.routes, strict=True):
-            if route is None or base_offset + span.offset_delta < start:
-                continue
-            if route.alternates_used:
-                stats.alternate += 1
-            if not route.topics:
-                stats.unroutable += 1
-                continue
-            key = span.key
-            if key is not None:
-                pairs = None if span.headers else memo.get(key)
-                if pairs is None:
-                    pairs = source.destinations(span, route)
-            else:
-                pairs = ()
+        stats.alternate += batch.alternate
+        stats.unroutable += batch.unroutable
+        copies = batch.copies
+        if batch.keyless:
+            placed: dict[str, tuple[tuple[str, int], ...]] = {}
+            for span, route in batch.keyless:
                 for topic in route.topics:
-                    if topic not in keyless:
-                        keyless[topic] = self._keyless_pair(source, topic, base_offset)
-                    pairs += keyless[topic]
-            for pair in pairs:
-                spans = copies.get(pair)
-                if spans is None:
-                    spans = copies[pair] = []
-                spans.append(span)
+                    pairs = placed.get(topic)
+                    if pairs is None:
+                        pairs = placed[topic] = self._keyless_pair(source, topic, base_offset)
+                    for pair in pairs:
+                        copies.setdefault(pair, []).append(span)
+            for spans in copies.values():  # keyed and keyless records: back in offset order
+                spans.sort(key=_OFFSET_DELTA)
         for pair, spans in copies.items():
             tp = TopicPartition(*pair)
             after = -1
@@ -647,8 +670,8 @@ class Exchanges:
                     held[tp] = self._held_offset(source, tp, source.partition.log_end_offset)
                 after = held[tp]
             stats.copies += self._append_copies(source, tp, batch, base_offset, spans, after)
-        if batch.spans:
-            self.cursors[source.partition.tp] = base_offset + batch.spans[-1].offset_delta + 1
+        if batch.last_delta >= 0:
+            self.cursors[source.partition.tp] = base_offset + batch.last_delta + 1
 
     def _keyless_pair(
         self, source: ExchangeInput, topic: str, base_offset: int
@@ -728,9 +751,12 @@ class Exchanges:
         try:
             for stored in scan_batches(partition.log, start):
                 header, payload, spans = record_spans(stored)
-                routes = [self._reroute(source, span) for span in spans]
-                batch = _Batch(header, payload, spans, routes)
-                self.deliver(source, batch, header.base_offset, held, start)
+                base = header.base_offset
+                routable = [
+                    s for s in spans if base + s.offset_delta >= start and self._routable(source, s)
+                ]
+                batch = source.group(header, payload, routable, reject=False)
+                self.deliver(source, batch, base, held)
         except (StorageError, KafkaError) as exc:
             log.error("routing recovery of %s stopped early: %s", tp, exc)
         self.cursors[tp] = end
@@ -740,11 +766,12 @@ class Exchanges:
         )  # fmt: skip
 
     @staticmethod
-    def _reroute(source: ExchangeInput, span: RecordSpan) -> Route | None:
+    def _routable(source: ExchangeInput, span: RecordSpan) -> bool:
         try:
-            return source.route(span)
+            source.route(span)
         except RoutingError:  # a record accepted under other definitions: not routed
-            return None
+            return False
+        return True
 
     def _held_offset(self, source: ExchangeInput, tp: TopicPartition, end: int) -> int:
         """The last source offset of `source` that destination `tp` holds (-1: none
