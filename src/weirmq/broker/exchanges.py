@@ -81,15 +81,8 @@ from urllib.parse import unquote
 from murmurhash2 import murmurhash2
 
 from ..errors import KafkaError
-from ..records.batch import (
-    BatchHeader,
-    Record,
-    RecordSpan,
-    copy_batch,
-    decode_records,
-    encode_batch,
-    record_spans,
-)
+from ..records.batch import Record, decode_records, encode_batch
+from ..records.codec import Copy, CopyWriter, read_records
 from ..routing import (
     Binding,
     DestinationKind,
@@ -133,7 +126,7 @@ _SEQUENCE_MODULUS = 1 << 31
 MURMUR2_SEED = 0x9747B28C
 """Kafka's default partitioner: murmur2(key, this seed) & 0x7fffffff, modulo partitions."""
 _BATCH_SEED = struct.Struct(">qi")
-_OFFSET_DELTA = operator.attrgetter("offset_delta")
+_OFFSET = operator.attrgetter("offset")
 COPY_BATCH_BYTES_MAX = 1 << 20
 """A destination batch holds at most about this many bytes of records (a compressed
 source batch can hold far more once decompressed)."""
@@ -149,7 +142,7 @@ def routed_producer_id(topic_id_int: int, partition: int) -> int:
     )
 
 
-def span_routing_key(span: RecordSpan) -> str:
+def span_routing_key(span: Copy) -> str:
     """The `routing-key` header if the record has one, else its key, as text."""
     for name, value in span.headers:
         if name == ROUTING_KEY_HEADER and value is not None:
@@ -192,14 +185,15 @@ class ExchangeView:
 class _Batch:
     """One source batch, routed: its records grouped by destination partition, in offset
     order. Keyed records have their partitions already (the key decides); keyless ones
-    wait for the batch's offset, which places them (`Exchanges._keyless_pair`)."""
+    wait for the batch's offset, which places them (`Exchanges._keyless_pair`). Offsets
+    are the batch's own: from 0 for a batch being published, the log's in recovery."""
 
-    header: BatchHeader
-    payload: bytes
-    last_delta: int
-    """The offset delta of the batch's last record: the cursor goes past it."""
-    copies: dict[tuple[str, int], list[RecordSpan]]
-    keyless: list[tuple[RecordSpan, Route]]
+    base: int
+    """The batch's base offset as read (0 for a producer's batch)."""
+    last: int
+    """The offset of its last record (as read); -1 when it has none to route."""
+    copies: dict[tuple[str, int], list[Copy]]
+    keyless: list[tuple[Copy, Route]]
     alternate: int
     """Records that went through an alternate exchange."""
     unroutable: int
@@ -237,20 +231,18 @@ class ExchangeInput:
     def plan(self, records: bytes | memoryview) -> _Batch:
         """Route every record of the batch about to be appended; raises `UnroutableError`
         (nothing is written then) when one has no destination and the policy rejects."""
-        header, payload, spans = record_spans(records)
+        header, spans = read_records(records)
         reject = self._service.router.exchange(self.partition.tp.topic).unroutable == "reject"
-        return self.group(header, payload, spans, reject=reject)
+        return self.group(header.base_offset, spans, reject=reject)
 
-    def group(
-        self, header: BatchHeader, payload: bytes, spans: list[RecordSpan], *, reject: bool
-    ) -> _Batch:
+    def group(self, base: int, spans: list[Copy], *, reject: bool) -> _Batch:
         """Route `spans` and group them by destination; see `_Batch`. This loop runs for
         every record published to an exchange: the memos spare it the router and the
         partitioner for keys seen before, and it touches each record once."""
         self._check_memo()
         memo, destinations = self._memo, self.destination_memo
-        copies: dict[tuple[str, int], list[RecordSpan]] = {}
-        keyless: list[tuple[RecordSpan, Route]] = []
+        copies: dict[tuple[str, int], list[Copy]] = {}
+        keyless: list[tuple[Copy, Route]] = []
         alternate = unroutable = 0
         for span in spans:
             key = span.key
@@ -282,8 +274,8 @@ class ExchangeInput:
                     copies[pair] = [span]
                 else:
                     found.append(span)
-        last_delta = spans[-1].offset_delta if spans else -1
-        return _Batch(header, payload, last_delta, copies, keyless, alternate, unroutable)
+        last = spans[-1].offset if spans else -1
+        return _Batch(base, last, copies, keyless, alternate, unroutable)
 
     def _check_memo(self) -> None:
         """Empty the memos when the definitions or the topics changed, or they are full."""
@@ -293,7 +285,7 @@ class ExchangeInput:
             self.destination_memo.clear()
             self._generation = generation
 
-    def route(self, span: RecordSpan) -> Route:
+    def route(self, span: Copy) -> Route:
         """Where one record goes (raises a RoutingError, e.g. for a too long key)."""
         router = self._service.router
         if span.headers:
@@ -306,7 +298,7 @@ class ExchangeInput:
             self._memo[span.key] = route
         return route
 
-    def destinations(self, span: RecordSpan, route: Route) -> tuple[tuple[str, int], ...]:
+    def destinations(self, span: Copy, route: Route) -> tuple[tuple[str, int], ...]:
         """The (topic, partition) pairs a keyed record goes to: Kafka's default
         partitioner over each topic's partitions, remembered per key for records without
         headers (whose route, found by `route` just before, depends on the key alone)."""
@@ -661,7 +653,7 @@ class Exchanges:
                     for pair in pairs:
                         copies.setdefault(pair, []).append(span)
             for spans in copies.values():  # keyed and keyless records: back in offset order
-                spans.sort(key=_OFFSET_DELTA)
+                spans.sort(key=_OFFSET)
         for pair, spans in copies.items():
             tp = TopicPartition(*pair)
             after = -1
@@ -670,8 +662,8 @@ class Exchanges:
                     held[tp] = self._held_offset(source, tp, source.partition.log_end_offset)
                 after = held[tp]
             stats.copies += self._append_copies(source, tp, batch, base_offset, spans, after)
-        if batch.last_delta >= 0:
-            self.cursors[source.partition.tp] = base_offset + batch.last_delta + 1
+        if batch.last >= 0:
+            self.cursors[source.partition.tp] = base_offset + batch.last - batch.base + 1
 
     def _keyless_pair(
         self, source: ExchangeInput, topic: str, base_offset: int
@@ -691,7 +683,7 @@ class Exchanges:
         tp: TopicPartition,
         batch: _Batch,
         base_offset: int,
-        spans: list[RecordSpan],
+        spans: list[Copy],
         after: int,
     ) -> int:
         """Append the records of `spans` whose source offset is above `after` to `tp`, in
@@ -699,42 +691,37 @@ class Exchanges:
         partition = self._broker.partitions.get(tp)
         if partition is None:
             return 0
+        shift = base_offset - batch.base  # a record's source offset: its offset + shift
         if after >= base_offset:
-            spans = [s for s in spans if base_offset + s.offset_delta > after]
+            spans = [s for s in spans if s.offset + shift > after]
             if not spans:
                 return 0
+
+        def base_sequence(first: int, count: int) -> int:
+            # The batch's last sequence is its last record's source offset (mod 2**31).
+            return (spans[first + count - 1].offset + shift - count + 1) % _SEQUENCE_MODULUS
+
         appended = 0
         now = self._broker.clock()
-        # A source batch is at most max.message.bytes, but a compressed one may hold far
-        # more: only then can a copy need splitting.
-        chunks = [spans] if len(batch.payload) <= COPY_BATCH_BYTES_MAX else _chunks(spans)
-        for chunk in chunks:
-            last_source = base_offset + chunk[-1].offset_delta
-            base_sequence = (last_source - len(chunk) + 1) % _SEQUENCE_MODULUS
-            records = copy_batch(
-                batch.header,
-                batch.payload,
-                chunk,
-                producer_id=source.producer_id,
-                producer_epoch=0,
-                base_sequence=base_sequence,
-            )
+        writer = CopyWriter(source.producer_id, 0, COPY_BATCH_BYTES_MAX)
+        for records, first, count in writer.write(spans, base_sequence):
+            last_source = spans[first + count - 1].offset + shift
             try:
                 last = partition.append_internal(records)
             except KafkaError as exc:
-                self.stats[source.partition.tp.topic].failed += len(chunk)
+                self.stats[source.partition.tp.topic].failed += count
                 log.error("routing %s into %s failed: %s", source.partition.tp, tp, exc)
                 return appended
             partition.producers.replay_batch(
                 source.producer_id,
                 0,
-                base_sequence,
+                base_sequence(first, count),
                 last_source % _SEQUENCE_MODULUS,
-                last - len(chunk) + 1,
+                last - count + 1,
                 last,
                 now,
             )
-            appended += len(chunk)
+            appended += count
         return appended
 
     def _recover(self, source: ExchangeInput) -> None:
@@ -750,13 +737,10 @@ class Exchanges:
         copies_before = self.stats[tp.topic].copies
         try:
             for stored in scan_batches(partition.log, start):
-                header, payload, spans = record_spans(stored)
-                base = header.base_offset
-                routable = [
-                    s for s in spans if base + s.offset_delta >= start and self._routable(source, s)
-                ]
-                batch = source.group(header, payload, routable, reject=False)
-                self.deliver(source, batch, base, held)
+                header, spans = read_records(stored)
+                routable = [s for s in spans if s.offset >= start and self._routable(source, s)]
+                batch = source.group(header.base_offset, routable, reject=False)
+                self.deliver(source, batch, header.base_offset, held)
         except (StorageError, KafkaError) as exc:
             log.error("routing recovery of %s stopped early: %s", tp, exc)
         self.cursors[tp] = end
@@ -766,7 +750,7 @@ class Exchanges:
         )  # fmt: skip
 
     @staticmethod
-    def _routable(source: ExchangeInput, span: RecordSpan) -> bool:
+    def _routable(source: ExchangeInput, span: Copy) -> bool:
         try:
             source.route(span)
         except RoutingError:  # a record accepted under other definitions: not routed
@@ -844,25 +828,18 @@ class Exchanges:
             if partition is None or start >= end:
                 continue
             for stored in scan_batches(partition.log, start):
-                header, payload, spans = record_spans(stored)
-                base = header.base_offset
-                if base >= end:
+                header, spans = read_records(stored)
+                if header.base_offset >= end:
                     break
-                picked = [s for s in spans if start <= base + s.offset_delta < end]
+                picked = [s for s in spans if start <= s.offset < end]
                 read += len(picked)
-                copied += self._replay_batch(binding, only, header, payload, picked, index)
+                copied += self._replay_batch(binding, only, header.base_offset, picked, index)
                 yield read, copied
 
     def _replay_batch(
-        self,
-        binding: Binding,
-        only: Router,
-        header: BatchHeader,
-        payload: bytes,
-        spans: list[RecordSpan],
-        index: int,
+        self, binding: Binding, only: Router, base_offset: int, spans: list[Copy], index: int
     ) -> int:
-        copies: dict[tuple[str, int], list[RecordSpan]] = {}
+        copies: dict[tuple[str, int], list[Copy]] = {}
         counts = self.topic_partitions
         for span in spans:
             key, headers = span_routing_key(span), dict(span.headers)
@@ -876,7 +853,7 @@ class Exchanges:
                 if topic not in counts:
                     continue
                 if span.key is None:
-                    seed = _BATCH_SEED.pack(header.base_offset, index)
+                    seed = _BATCH_SEED.pack(base_offset, index)
                     hashed = murmurhash2(seed, MURMUR2_SEED) & 0x7FFFFFFF
                 else:
                     hashed = murmurhash2(span.key, MURMUR2_SEED) & 0x7FFFFFFF
@@ -886,9 +863,10 @@ class Exchanges:
             partition = self._broker.partitions.get(TopicPartition(*pair))
             if partition is None:
                 continue
-            for chunk in _chunks(picked):
-                partition.append_internal(copy_batch(header, payload, chunk))
-                written += len(chunk)
+            writer = CopyWriter(-1, -1, COPY_BATCH_BYTES_MAX)  # no producer: see `replay`
+            for records, _first, count in writer.write(picked, lambda _f, _c: -1):
+                partition.append_internal(records)
+                written += count
         return written
 
     # --- views and checkpoints -----------------------------------------------------------
@@ -1015,17 +993,3 @@ def exchange_of(name: str, topic_configs: Mapping[str, str]) -> Exchange:
         topic_configs.get(configs.EXCHANGE_ALTERNATE) or None,
         "reject" if topic_configs.get(configs.EXCHANGE_UNROUTABLE) == "reject" else "drop",
     )
-
-
-def _chunks(spans: list[RecordSpan]) -> Iterable[list[RecordSpan]]:
-    chunk: list[RecordSpan] = []
-    size = 0
-    for span in spans:
-        record_bytes = span.end - span.start + 8
-        if chunk and size + record_bytes > COPY_BATCH_BYTES_MAX:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(span)
-        size += record_bytes
-    if chunk:
-        yield chunk
