@@ -224,7 +224,7 @@ class ExchangeInput:
         self.partition = partition
         self.producer_id = producer_id
         self._memo: dict[bytes | None, Route] = {}
-        self.destination_memo: dict[bytes, tuple[tuple[str, int], ...]] = {}
+        self.destination_memo: dict[bytes, tuple[tuple[tuple[str, int], ...], bool]] = {}
         """Per raw key of a header-less record: its (topic, partition) destinations."""
         self._generation = -1
 
@@ -240,19 +240,25 @@ class ExchangeInput:
         every record published to an exchange: the memos spare it the router and the
         partitioner for keys seen before, and it touches each record once."""
         self._check_memo()
-        memo, destinations = self._memo, self.destination_memo
+        known = self.destination_memo
         copies: dict[tuple[str, int], list[Copy]] = {}
         keyless: list[tuple[Copy, Route]] = []
         alternate = unroutable = 0
         for span in spans:
             key = span.key
-            pairs = None
-            memoized = None if span.headers else memo.get(key)
-            if memoized is None:
-                route = self.route(span)
-            else:
-                route = memoized
-                pairs = destinations.get(key) if key is not None else None
+            # The common case first: a keyed record without headers, its key seen before.
+            found_pairs = None if span.headers else known.get(key)  # type: ignore[arg-type]
+            if found_pairs is not None:
+                pairs, through_alternate = found_pairs
+                alternate += through_alternate
+                for pair in pairs:
+                    found = copies.get(pair)
+                    if found is None:
+                        copies[pair] = [span]
+                    else:
+                        found.append(span)
+                continue
+            route = self.route(span)
             if route.alternates_used:
                 alternate += 1
             if not route.topics:
@@ -266,8 +272,7 @@ class ExchangeInput:
             if key is None:
                 keyless.append((span, route))
                 continue
-            if pairs is None:
-                pairs = self.destinations(span, route)
+            pairs = self.destinations(span, route)
             for pair in pairs:
                 found = copies.get(pair)
                 if found is None:
@@ -300,19 +305,16 @@ class ExchangeInput:
 
     def destinations(self, span: Copy, route: Route) -> tuple[tuple[str, int], ...]:
         """The (topic, partition) pairs a keyed record goes to: Kafka's default
-        partitioner over each topic's partitions, remembered per key for records without
-        headers (whose route, found by `route` just before, depends on the key alone)."""
+        partitioner over each topic's partitions. Remembered per key, with whether the
+        route went through an alternate, for records without headers (their route, found
+        by `route` just before, depends on the key alone)."""
         key = span.key
         assert key is not None
-        if not span.headers:
-            found = self.destination_memo.get(key)
-            if found is not None:
-                return found
         topics = self._service.topic_partitions
         hashed = murmurhash2(key, MURMUR2_SEED) & 0x7FFFFFFF
         pairs = tuple((t, hashed % topics[t]) for t in route.topics if t in topics)
         if not span.headers:
-            self.destination_memo[key] = pairs
+            self.destination_memo[key] = (pairs, bool(route.alternates_used))
         return pairs
 
     def deliver(self, plan: _Batch, base_offset: int) -> None:

@@ -126,15 +126,11 @@ class CopyWriter:
             )
             count = 0
             append = builder.append
-            for record in records[first:]:
+            for index in range(first, len(records)):
+                record = records[index]
+                # Positional: keyword arguments cost a third more per record here.
                 if (
-                    append(
-                        count,
-                        timestamp=record.timestamp,
-                        key=record.key,
-                        value=record.value,
-                        headers=record.headers,
-                    )
+                    append(count, record.timestamp, record.key, record.value, record.headers)
                     is None
                 ):
                     break  # full: the record opens the next batch (the first always fits)
