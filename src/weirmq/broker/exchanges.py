@@ -22,14 +22,19 @@ The write path
 Routing happens inside `Partition.publish` of an exchange partition, on the loop, in the
 same turn as the append (`ExchangeInput`, the partition's `router`):
 
-    plan     before the append: decode the batch, route every record (`Router.route`);
+    plan     before the append: read the batch's records (`records.codec`, aiokafka's C
+             codec), route each (`Router.route`) and group them by destination partition
+             (Kafka's murmur2 of the record key, so keyed order holds per destination);
              an exchange whose policy is `reject` refuses the whole batch, unwritten, when
              any record has no destination (INVALID_RECORD, as Kafka refuses a batch);
     append   the batch goes into the exchange's log as the producer sent it;
-    deliver  group the copies by destination partition (Kafka's murmur2 of the record key,
-             so keyed order holds per destination; keyless records of one batch go to one
-             partition, the next batch to the next) and append one batch per destination
-             partition, records as they were (key, value, headers, timestamp).
+    deliver  place the keyless records (all of one batch in one partition, chosen from the
+             batch's offset, so that re-routing chooses the same) and append one batch per
+             destination partition, records as they were (key, value, headers, timestamp).
+
+Each exchange partition remembers, per key of a record without headers, where such a
+record goes (its route depends on the key alone): a record whose key was seen before costs
+one dict lookup to place. The memo is emptied when a definition or a topic changes.
 
 So a routed record reaches its destinations before its producer is answered, routing lag is
 zero in steady state, and per key destinations see records in exchange order (appends are
@@ -62,8 +67,16 @@ destination may keep a copy of an acks=1 record the exchange lost: the copy's by
 the disk and the exchange's did not. It is not routed twice; later records are, since the
 dedup point never goes past the exchange's end.)
 
-What is not here yet: re-routing a range into a new binding (`weirmq exchanges replay`),
-compaction of the definitions log, copies compressed as their source was.
+Replay
+------
+A binding records where routing was in each partition of its exchange when it was made
+(`bound_at`, in its bind record). `replay` re-routes a range of the exchange's log into
+that binding alone, by default everything before that point, so a binding added later can
+be given the past without duplicating what it got live. Its copies carry no producer id:
+a replay is an operator's action, and one cut short is run again with a range.
+
+What is not here yet: compaction of the definitions log, copies compressed as their
+source was.
 """
 
 from __future__ import annotations
