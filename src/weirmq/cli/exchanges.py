@@ -52,7 +52,7 @@ from weirmq.cli.clients import (
     topic_metadata,
     wait_for,
 )
-from weirmq.cli.output import Column, note, print_json, print_line, print_table
+from weirmq.cli.output import Column, note, plural, print_json, print_line, print_table
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -151,7 +151,7 @@ def differences(
     if existing.unroutable != asked.unroutable:
         found.append(f"its unroutable policy is {existing.unroutable}, not {asked.unroutable}")
     if asked_partitions is not None and existing_partitions != asked_partitions:
-        found.append(f"it has {_plural(existing_partitions, 'partition')}, not {asked_partitions}")
+        found.append(f"it has {plural(existing_partitions, 'partition')}, not {asked_partitions}")
     return found
 
 
@@ -314,7 +314,7 @@ def declare_command(
     if as_json:
         print_json({**_document(name, definition, count), "created": created})
     elif created:
-        print_line(f"Declared {kind} exchange {name} with {_plural(count, 'partition')}.")
+        print_line(f"Declared {kind} exchange {name} with {plural(count, 'partition')}.")
 
 
 def _existing(
@@ -770,8 +770,8 @@ def print_description(document: Mapping[str, Any]) -> None:
     with the column its type uses."""
     kind, bindings = document["type"], document["bindings"]
     summary = [
-        _plural(document["partitions"], "partition"),
-        _plural(len(bindings), "binding"),
+        plural(document["partitions"], "partition"),
+        plural(len(bindings), "binding"),
         f"alternate {document['alternate']}" if document["alternate"] else "no alternate",
         f"unroutable records: {document['unroutable']}",
     ]
@@ -931,7 +931,7 @@ def replay_command(
         f"{r['partition']}: {r['start_offset']}..{r['end_offset']}" for r in done["ranges"]
     )
     print_line(
-        f"Replayed {_plural(done['records_read'], 'record')} of exchange {name} "
+        f"Replayed {plural(done['records_read'], 'record')} of exchange {name} "
         f"(partition: offsets [{spans or 'none'}]); "
         f"{done['records_routed']} routed into {destination}."
     )
@@ -967,10 +967,3 @@ def delete_command(name: str, if_exists: bool, bootstrap: Bootstrap, as_json: bo
         print_line(f"Deleted exchange {name}.")
     else:
         note(f"exchange {name!r} does not exist")
-
-
-# -- shared ------------------------------------------------------------------------------------
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -77,6 +77,11 @@ def note(text: str) -> None:
     click.echo(f"weirmq: {text}", err=True)
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 partition``, ``3 partitions``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def print_json(data: Any) -> None:
     """One JSON document on stdout."""
     click.echo(json.dumps(data, indent=2))

@@ -30,7 +30,7 @@ from weirmq.cli.clients import (
     wait_for,
 )
 from weirmq.cli.formats import parse_assignments
-from weirmq.cli.output import Column, note, print_json, print_line, print_table
+from weirmq.cli.output import Column, note, plural, print_json, print_line, print_table
 
 if TYPE_CHECKING:
     from weirmq.cli.kafka_admin import AdminClient, ConfigEntry, TopicMetadata
@@ -133,7 +133,7 @@ def create_command(
     if as_json:
         print_json({"name": name, "created": created, "partitions": count})
     elif created:
-        print_line(f"Created topic {name} with {_plural(count, 'partition')}.")
+        print_line(f"Created topic {name} with {plural(count, 'partition')}.")
     else:
         note(f"topic {name!r} already exists")
 
@@ -235,7 +235,7 @@ def _config_to_json(entry: ConfigEntry) -> dict[str, Any]:
 
 def _print_description(description: dict[str, Any]) -> None:
     partitions = description["partitions"]
-    print_line(f"Topic {description['name']}: {_plural(len(partitions), 'partition')}")
+    print_line(f"Topic {description['name']}: {plural(len(partitions), 'partition')}")
     print_line("")
     print_table(
         [
@@ -364,7 +364,7 @@ def _changes(configs: dict[str, str], deleted: tuple[str, ...], partitions: int 
     changes = [f"{key}={value}" for key, value in configs.items()]
     changes += [f"{key} back to its default" for key in deleted]
     if partitions:
-        changes.append(f"{_plural(partitions, 'partition')}")
+        changes.append(f"{plural(partitions, 'partition')}")
     return ", ".join(changes)
 
 
@@ -393,10 +393,3 @@ def delete_command(name: str, if_exists: bool, bootstrap: Bootstrap, as_json: bo
         print_line(f"Deleted topic {name}.")
     else:
         note(f"topic {name!r} does not exist")
-
-
-# -- shared ------------------------------------------------------------------------------------
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
