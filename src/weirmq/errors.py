@@ -39,6 +39,11 @@ adapter left out):
             RoutingLimitError           routing.errors        policy_violation
             UnknownExchangeError        routing.errors        unknown_topic_or_partition
             UnroutableError             routing.errors        invalid_record
+        ShareError                      queues.errors         invalid_request
+            InvalidAcknowledgementError queues.errors         invalid_request
+            InvalidRecordStateError     queues.errors         invalid_record_state
+            InvalidShareConfigError     queues.errors         invalid_config
+            InvalidShareStateError      queues.errors         kafka_storage_error
         StorageError                    storage.errors        kafka_storage_error
             CorruptDataError            storage.segment       kafka_storage_error
             DataDirLockedError          storage.lock          kafka_storage_error
