@@ -232,7 +232,8 @@ def _random_member_id() -> str:
     return str(uuid.uuid4())
 
 
-def _invalid(message: str) -> GroupError:
+def invalid_request(message: str) -> GroupError:
+    """INVALID_REQUEST with `message` (share.py uses it too)."""
     return GroupError(ErrorCode.invalid_request, message)
 
 
@@ -343,7 +344,7 @@ class ConsumerGroup:
                     client_id=m.client_id,
                     client_host=m.client_host,
                     # Partitions pending revocation are still being consumed.
-                    assignment=_by_name(m.held, names),
+                    assignment=assigned_by_name(m.held, names),
                 )
                 for m in self.members
             ),
@@ -373,8 +374,8 @@ class ConsumerGroup:
                     client_host=m.client_host,
                     subscribed_topic_names=m.subscribed_topic_names,
                     subscribed_topic_regex=m.subscribed_topic_regex,
-                    assignment=_described(m.assigned, names),
-                    target_assignment=_described(self.target(m.member_id), names),
+                    assignment=assigned_topics(m.assigned, names),
+                    target_assignment=assigned_topics(self.target(m.member_id), names),
                 )
                 for m in self.members
             ),
@@ -427,7 +428,7 @@ class ConsumerGroup:
             member_id=reconciled.member_id,
             member_epoch=reconciled.member_epoch,
             heartbeat_interval_ms=self._settings.heartbeat_interval_ms,
-            assignment=_by_topic_id(reconciled.assigned) if send else None,
+            assignment=assigned_by_topic_id(reconciled.assigned) if send else None,
         )
 
     def expire(self, now_ms: int) -> list[str]:
@@ -448,28 +449,28 @@ class ConsumerGroup:
     def _check_request(self, request: HeartbeatRequest) -> None:
         """Kafka's own request checks, in its order, before anything changes."""
         if not request.group_id:
-            raise _invalid("GroupId can't be empty.")
+            raise invalid_request("GroupId can't be empty.")
         assert request.group_id == self._group_id, "the coordinator routes by group id"
         epoch = request.member_epoch
         if request.instance_id == "":
-            raise _invalid("InstanceId can't be empty.")
+            raise invalid_request("InstanceId can't be empty.")
         if request.rack_id == "":
-            raise _invalid("RackId can't be empty.")
+            raise invalid_request("RackId can't be empty.")
         if epoch < STATIC_LEAVE_EPOCH:
-            raise _invalid(f"MemberEpoch {epoch} is invalid.")
+            raise invalid_request(f"MemberEpoch {epoch} is invalid.")
         if epoch == STATIC_LEAVE_EPOCH and request.instance_id is None:
-            raise _invalid("InstanceId can't be null when MemberEpoch is -2.")
+            raise invalid_request("InstanceId can't be null when MemberEpoch is -2.")
         if epoch != JOIN_EPOCH and not request.member_id:
-            raise _invalid("MemberId can't be empty.")
+            raise invalid_request("MemberId can't be empty.")
         if request.rebalance_timeout_ms < UNCHANGED_REBALANCE_TIMEOUT:
-            raise _invalid("RebalanceTimeoutMs can't be negative.")
+            raise invalid_request("RebalanceTimeoutMs can't be negative.")
         if epoch == JOIN_EPOCH:
             if request.rebalance_timeout_ms == UNCHANGED_REBALANCE_TIMEOUT:
-                raise _invalid("RebalanceTimeoutMs must be provided in first request.")
+                raise invalid_request("RebalanceTimeoutMs must be provided in first request.")
             if request.topic_partitions:
-                raise _invalid("TopicPartitions must be empty when (re-)joining.")
+                raise invalid_request("TopicPartitions must be empty when (re-)joining.")
             if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
-                raise _invalid(
+                raise invalid_request(
                     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
                 )
         assignor = request.server_assignor
@@ -540,7 +541,7 @@ class ConsumerGroup:
             )
         member_id = request.member_id or self._fresh_member_id()
         if member_id in self._members:
-            raise _invalid(f"MemberId {member_id} is already used by another member.")
+            raise invalid_request(f"MemberId {member_id} is already used by another member.")
         replacement = replace(
             existing,
             member_id=member_id,
@@ -846,7 +847,7 @@ class ConsumerGroup:
         raise GroupError(code, f"{event.value} refused: group {self._group_id!r} is {state}")
 
     def _topic_names(self) -> dict[uuid.UUID, str]:
-        return {info.topic_id: name for name, info in self._topics.items()}
+        return topic_names(self._topics)
 
 
 def _check_epoch(member: ConsumerGroupMember, epoch: int, owned: Partitions | None) -> None:
@@ -899,22 +900,34 @@ def _partitions(by_topic: Mapping[uuid.UUID, tuple[int, ...]] | None) -> Partiti
     return frozenset((topic_id, p) for topic_id, ps in by_topic.items() for p in ps)
 
 
-def _by_topic_id(partitions: Partitions) -> dict[uuid.UUID, tuple[int, ...]]:
+def topic_names(topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID, str]:
+    """Topic id -> name, from a topics snapshot (share.py uses these helpers too)."""
+    return {info.topic_id: name for name, info in topics.items()}
+
+
+def assigned_by_topic_id(partitions: Partitions) -> dict[uuid.UUID, tuple[int, ...]]:
+    """Partitions grouped by topic id, sorted (as heartbeat responses list them)."""
     grouped: dict[uuid.UUID, list[int]] = {}
     for topic_id, partition in sorted(partitions):
         grouped.setdefault(topic_id, []).append(partition)
     return {topic_id: tuple(ps) for topic_id, ps in grouped.items()}
 
 
-def _by_name(partitions: Partitions, names: Mapping[uuid.UUID, str]) -> tuple[TopicPartition, ...]:
+def assigned_by_name(
+    partitions: Partitions, names: Mapping[uuid.UUID, str]
+) -> tuple[TopicPartition, ...]:
+    """Partitions as sorted (name, partition) pairs; topics unknown by name are left out."""
     return tuple(sorted(TopicPartition(names[t], p) for t, p in partitions if t in names))
 
 
-def _described(partitions: Partitions, names: Mapping[uuid.UUID, str]) -> tuple[AssignedTopic, ...]:
+def assigned_topics(
+    partitions: Partitions, names: Mapping[uuid.UUID, str]
+) -> tuple[AssignedTopic, ...]:
+    """Partitions as describe answers show them, by topic name."""
     # Topic names are unique in a snapshot, so the sort never compares the ids.
     entries = sorted(
         (names[topic_id], topic_id, ps)
-        for topic_id, ps in _by_topic_id(partitions).items()
+        for topic_id, ps in assigned_by_topic_id(partitions).items()
         if topic_id in names
     )
     return tuple(AssignedTopic(topic_id, name, ps) for name, topic_id, ps in entries)

@@ -72,7 +72,15 @@ from typing import Final
 
 from ..errors import ErrorCode
 from ..types import TopicPartition
-from .consumer import Partitions, TopicInfo
+from .consumer import (
+    Partitions,
+    TopicInfo,
+    assigned_by_name,
+    assigned_by_topic_id,
+    assigned_topics,
+    invalid_request,
+    topic_names,
+)
 from .errors import GroupError
 from .views import AssignedTopic, GroupView, MemberView
 
@@ -200,10 +208,6 @@ class ShareGroupDescription:
     """Sorted by member id."""
 
 
-def _invalid(message: str) -> GroupError:
-    return GroupError(ErrorCode.invalid_request, message)
-
-
 class ShareGroup:
     """One KIP-932 share group's membership. Not thread-safe: the coordinator serialises
     calls."""
@@ -275,7 +279,7 @@ class ShareGroup:
                     group_instance_id=None,
                     client_id=m.client_id,
                     client_host=m.client_host,
-                    assignment=_by_name(m.assigned, names),
+                    assignment=assigned_by_name(m.assigned, names),
                 )
                 for m in self.members
             ),
@@ -285,7 +289,7 @@ class ShareGroup:
         """The group for ShareGroupDescribe; topic ids are named from `topics` (or the last
         snapshot). A Dead group is refused with GROUP_ID_NOT_FOUND."""
         self._require(ShareGroupEvent.DESCRIBE)
-        names = self._topic_names() if topics is None else _names(topics)
+        names = self._topic_names() if topics is None else topic_names(topics)
         return ShareGroupDescription(
             group_id=self._group_id,
             state=self._state.value,
@@ -300,7 +304,7 @@ class ShareGroup:
                     client_id=m.client_id,
                     client_host=m.client_host,
                     subscribed_topic_names=m.subscribed_topic_names,
-                    assignment=_described(m.assigned, names),
+                    assignment=assigned_topics(m.assigned, names),
                 )
                 for m in self.members
             ),
@@ -364,7 +368,7 @@ class ShareGroup:
             member_id=member_id,
             member_epoch=taken.member_epoch,
             heartbeat_interval_ms=self._settings.heartbeat_interval_ms,
-            assignment=_by_topic_id(taken.assigned) if send else None,
+            assignment=assigned_by_topic_id(taken.assigned) if send else None,
         )
 
     def leave(self, member_id: str) -> ShareHeartbeatResult:
@@ -475,7 +479,7 @@ class ShareGroup:
         raise GroupError(code, f"{event.value} refused: group {self._group_id!r} is {state}")
 
     def _topic_names(self) -> dict[uuid.UUID, str]:
-        return _names(self._topics)
+        return topic_names(self._topics)
 
 
 # -- the assignor ------------------------------------------------------------------------
@@ -561,13 +565,13 @@ def _check_request(
 ) -> None:
     """Kafka's own request checks (GroupCoordinatorService), before anything changes."""
     if not member_id.strip():
-        raise _invalid("MemberId can't be empty.")
+        raise invalid_request("MemberId can't be empty.")
     if rack_id is not None and not rack_id.strip():
-        raise _invalid("RackId can't be empty.")
+        raise invalid_request("RackId can't be empty.")
     if member_epoch == JOIN_EPOCH and not subscribed_topic_names:
-        raise _invalid("SubscribedTopicNames must be set in first request.")
+        raise invalid_request("SubscribedTopicNames must be set in first request.")
     if member_epoch < LEAVE_EPOCH:
-        raise _invalid(f"MemberEpoch {member_epoch} is invalid.")
+        raise invalid_request(f"MemberEpoch {member_epoch} is invalid.")
 
 
 def _check_epoch(member: ShareGroupMember, epoch: int) -> None:
@@ -598,28 +602,3 @@ def _new_member(member_id: str) -> ShareGroupMember:
         assigned=frozenset(),
         session_deadline_ms=0,
     )
-
-
-def _names(topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID, str]:
-    return {info.topic_id: name for name, info in topics.items()}
-
-
-def _by_topic_id(partitions: Partitions) -> dict[uuid.UUID, tuple[int, ...]]:
-    grouped: dict[uuid.UUID, list[int]] = {}
-    for topic_id, partition in sorted(partitions):
-        grouped.setdefault(topic_id, []).append(partition)
-    return {topic_id: tuple(ps) for topic_id, ps in grouped.items()}
-
-
-def _by_name(partitions: Partitions, names: Mapping[uuid.UUID, str]) -> tuple[TopicPartition, ...]:
-    return tuple(sorted(TopicPartition(names[t], p) for t, p in partitions if t in names))
-
-
-def _described(partitions: Partitions, names: Mapping[uuid.UUID, str]) -> tuple[AssignedTopic, ...]:
-    # Topic names are unique in a snapshot, so the sort never compares the ids.
-    entries = sorted(
-        (names[topic_id], topic_id, ps)
-        for topic_id, ps in _by_topic_id(partitions).items()
-        if topic_id in names
-    )
-    return tuple(AssignedTopic(topic_id, name, ps) for name, topic_id, ps in entries)
