@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import KafkaError
@@ -317,10 +317,7 @@ class Broker:
         ops = [entry for entry in ops if entry[0] != BINDINGS_CONFIG]
         overrides = configs.apply_ops(self.settings, topic.configs, ops)
         if binding_ops:
-            self.exchanges.check_configs(topic, overrides)
-            self.exchanges.alter_bindings(name, binding_ops, validate_only=True)
-            if not validate_only:
-                self.exchanges.alter_bindings(name, binding_ops)
+            self._change_bindings(topic, overrides, binding_ops, validate_only=validate_only)
             if overrides == topic.configs:
                 return topic  # only the bindings changed: topics.json stays as it is
         return self._replace_configs(topic, overrides, validate_only=validate_only)
@@ -335,11 +332,22 @@ class Broker:
         overrides = configs.check_overrides(self.settings, wanted)
         if bindings is not None:
             ops = [(configs.AlterOp.SET, bindings)]
-            self.exchanges.check_configs(topic, overrides)
-            self.exchanges.alter_bindings(name, ops, validate_only=True)
-            if not validate_only:
-                self.exchanges.alter_bindings(name, ops)
+            self._change_bindings(topic, overrides, ops, validate_only=validate_only)
         return self._replace_configs(topic, overrides, validate_only=validate_only)
+
+    def _change_bindings(
+        self,
+        topic: Topic,
+        overrides: dict[str, str],
+        ops: Sequence[tuple[int, str | None]],
+        *,
+        validate_only: bool,
+    ) -> None:
+        """An exchange's bindings, changed through its bindings log. The other configs are
+        already checked (`overrides`); `Exchanges.alter_bindings` checks every binding
+        before it changes any."""
+        self.exchanges.check_configs(topic, overrides)
+        self.exchanges.alter_bindings(topic.name, ops, validate_only=validate_only)
 
     def _replace_configs(
         self, topic: Topic, overrides: dict[str, str], *, validate_only: bool
