@@ -44,6 +44,7 @@ adapter left out):
             InvalidRecordStateError     queues.errors         invalid_record_state
             InvalidShareConfigError     queues.errors         invalid_config
             InvalidShareStateError      queues.errors         kafka_storage_error
+        ShareSessionError               broker.shares         (the code it is raised with)
         StorageError                    storage.errors        kafka_storage_error
             CorruptDataError            storage.segment       kafka_storage_error
             DataDirLockedError          storage.lock          kafka_storage_error

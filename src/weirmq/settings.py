@@ -357,6 +357,32 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         minimum=1, maximum=INT32_MAX,
     ),
     SettingSpec(
+        "group_share_session_timeout_ms", INTEGER, "group.share.session.timeout.ms",
+        "a share group member silent this long is removed and its records released",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_share_heartbeat_interval_ms", INTEGER, "group.share.heartbeat.interval.ms",
+        "how often share group members are told to heartbeat",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_share_record_lock_duration_ms", INTEGER, "group.share.record.lock.duration.ms",
+        "how long a record delivered to a share group member stays locked to it",
+        minimum=1, maximum=3_600_000,
+    ),
+    SettingSpec(
+        "group_share_delivery_count_limit", INTEGER, "group.share.delivery.count.limit",
+        "deliveries of one record to a share group before it is archived (dead-lettered)",
+        minimum=1, maximum=25,
+    ),
+    SettingSpec(
+        "group_share_partition_max_record_locks", INTEGER,
+        "group.share.partition.max.record.locks",
+        "records in flight per share-partition at most (its window of locks)",
+        minimum=1, maximum=10_000,
+    ),
+    SettingSpec(
         "offsets_retention_minutes", INTEGER, "offsets.retention.minutes",
         "committed offsets of an empty group are deleted after this long",
         minimum=1, maximum=INT32_MAX,
@@ -430,6 +456,16 @@ class Settings:
     """group.consumer.session.timeout.ms."""
     group_consumer_heartbeat_interval_ms: int = 5000
     """group.consumer.heartbeat.interval.ms."""
+    group_share_session_timeout_ms: int = 45000
+    """group.share.session.timeout.ms."""
+    group_share_heartbeat_interval_ms: int = 5000
+    """group.share.heartbeat.interval.ms."""
+    group_share_record_lock_duration_ms: int = 30000
+    """group.share.record.lock.duration.ms."""
+    group_share_delivery_count_limit: int = 5
+    """group.share.delivery.count.limit."""
+    group_share_partition_max_record_locks: int = 2000
+    """group.share.partition.max.record.locks."""
     offsets_retention_minutes: int = 10080
     """offsets.retention.minutes (7 days)."""
     admin_listen: str | None = "127.0.0.1:9644"

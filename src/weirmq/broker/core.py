@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ..errors import KafkaError
 from ..groups import consumer as kip848
+from ..groups import share as kip932
 from ..groups.classic import ClassicSettings
 from ..groups.coordinator import CoordinatorSettings, GroupCoordinator
 from ..groups.views import GroupView, PartitionLag
@@ -49,6 +50,7 @@ from ..types import Clock, Timers, TopicPartition
 from . import configs
 from .configs import ConfigEntry
 from .exchanges import BINDINGS_CONFIG, ROUTING_TOPIC, Exchanges, exchange_of
+from .group_configs import GroupConfigs
 from .group_service import (
     OFFSETS_TOPIC,
     OFFSETS_TOPIC_CONFIGS,
@@ -65,6 +67,7 @@ from .partition import (
     read_producer_snapshots,
     wait_any,
 )
+from .shares import SHARE_STATE_TOPIC, ShareService
 from .stats import BrokerStats
 from .timers import LoopTimers
 from .topics import (
@@ -83,7 +86,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["INTERNAL_TOPICS", "LEADER_EPOCH", "Broker", "Partition", "TopicPartition"]
 
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, ROUTING_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, ROUTING_TOPIC, SHARE_STATE_TOPIC})
 """Written only by the broker itself; clients may read them, not produce or delete."""
 PARTITIONS_MAX = 100_000
 """Partitions of one topic at most: each is a directory and open files when used."""
@@ -139,14 +142,18 @@ class Broker:
         self.advertised: tuple[str, int] = ("127.0.0.1", 9092)
         self.closing = False
         self.started_ms = self.clock()
+        self.group_configs = GroupConfigs(data_dir, settings)
+        self.shares = ShareService(self, self.group_configs)
         self.groups = GroupCoordinator(
             coordinator_settings(settings),
             self._write_group_records,
             partitions_of=self._partition_count,
             topics=self._topic_infos,
+            share_listener=self.shares,
         )
         self.offsets_log = OffsetsLog(self.groups, self._offsets_partition, self.clock)
         self.offsets_log.load()
+        self.shares.load()
         self.group_replies = GroupReplies()
         self.group_timer = GroupTimer(self.groups, self.group_replies, self.clock, self.timers)
         self.exchanges.load()
@@ -258,6 +265,7 @@ class Broker:
                 gone.wake()  # waiting fetches answer UNKNOWN_TOPIC_OR_PARTITION now
         self.topics.delete(name)
         self.exchanges.topic_deleted(name)
+        self.shares.topic_deleted(topic.topic_id)
         try:
             self.groups.forget_topic(name)
         except KafkaError as exc:  # the offsets log refused; they go with their group
@@ -451,6 +459,7 @@ class Broker:
         """Answer everything that waits: fetch long polls, group joins and syncs."""
         for partition in self.partitions.values():
             partition.wake()
+        self.shares.wake_all()
         self.group_replies.deliver(self.groups.abort_waiting())
 
     # --- housekeeping and shutdown ------------------------------------------------------
@@ -474,6 +483,7 @@ class Broker:
         crash during the stop could still take away."""
         self.closing = True
         self.group_timer.cancel()
+        self.shares.cancel_timer()
         self.wake_all()
         self.logs.flush_for_close()
         snapshot = producer_state_file(self.partitions.values(), self._topic_ids())
@@ -496,6 +506,10 @@ def coordinator_settings(settings: Settings) -> CoordinatorSettings:
             session_timeout_ms=settings.group_consumer_session_timeout_ms,
             heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
             max_size=settings.group_max_size,
+        ),
+        share=kip932.ShareGroupSettings(
+            session_timeout_ms=settings.group_share_session_timeout_ms,
+            heartbeat_interval_ms=settings.group_share_heartbeat_interval_ms,
         ),
         offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
     )

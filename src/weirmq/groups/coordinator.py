@@ -1,14 +1,22 @@
 """The group coordinator: every group of this broker, their committed offsets, their log.
 
-Groups come in two kinds, which share one namespace and one offsets store:
+Groups come in three kinds, which share one namespace and one offsets store:
 
 - classic groups (`classic.ClassicGroup`): JoinGroup / SyncGroup / Heartbeat, the
   assignment computed by the clients' leader;
 - consumer groups (`consumer.ConsumerGroup`, KIP-848): ConsumerGroupHeartbeat, the
-  assignment computed here.
+  assignment computed here;
+- share groups (`share.ShareGroup`, KIP-932): ShareGroupHeartbeat; their delivery state
+  is not here but in the broker's share service (broker/shares.py), which this
+  coordinator tells when members go (`ShareListener`) so that their records are released.
 
-An empty group of one kind turns into the other kind when a member of the other protocol
-arrives (its offsets stay); a non-empty one refuses it, as Kafka does.
+An empty classic or consumer group turns into the other kind when a member of the other
+protocol arrives (its offsets stay); a non-empty one refuses it, as Kafka does. A share
+group never turns into another kind, nor another kind into a share group: its id is taken
+until it is deleted (Kafka refuses with INCONSISTENT_GROUP_PROTOCOL or GROUP_ID_NOT_FOUND).
+Share groups commit no offsets and are not written to this log: their membership is lost
+on a restart (members rejoin) and the groups themselves are recreated, empty, by the
+share service from its own log (`ensure_share_group`).
 
 Replies. JoinGroup and SyncGroup requests may wait for other members; each is named by a
 ticket its caller allocates (`join_group(..., ticket)`). Every classic step that can
@@ -53,6 +61,7 @@ from dataclasses import dataclass, field
 from ..errors import ErrorCode
 from ..types import TopicPartition
 from . import consumer as kip848
+from . import share as kip932
 from .classic import ClassicGroup, ClassicSettings, JoinRequest, LeaveOutcome, Replies, State
 from .errors import GroupError
 from .protocol import encode_assignment
@@ -87,6 +96,7 @@ OFFSET_METADATA_MAX_BYTES = 4096
 class CoordinatorSettings:
     classic: ClassicSettings = field(default_factory=ClassicSettings)
     consumer: kip848.ConsumerGroupSettings = field(default_factory=kip848.ConsumerGroupSettings)
+    share: kip932.ShareGroupSettings = field(default_factory=kip932.ShareGroupSettings)
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
 
 
@@ -102,7 +112,21 @@ class CommitRequest:
     """(topic, partition, offset, leader epoch, metadata)."""
 
 
-Group = ClassicGroup | kip848.ConsumerGroup
+Group = ClassicGroup | kip848.ConsumerGroup | kip932.ShareGroup
+
+
+class ShareListener:
+    """What the share service hears from the coordinator (no-ops by default)."""
+
+    def members_gone(self, group_id: str, member_ids: Sequence[str], now_ms: int) -> None:
+        """These members left or expired: release what they hold."""
+
+    def group_deleted(self, group_id: str) -> None:
+        """The share group was deleted (DeleteGroups): delete its state."""
+
+    def share_settings(self, group_id: str) -> kip932.ShareGroupSettings | None:
+        """The group's own membership settings (its configs), None for the defaults."""
+        return None
 
 
 def _default_member_id(prefix: str) -> str:
@@ -120,6 +144,7 @@ class GroupCoordinator:
         partitions_of: Callable[[str], int | None],
         topics: Callable[[], Mapping[str, kip848.TopicInfo]],
         new_member_id: Callable[[str], str] = _default_member_id,
+        share_listener: ShareListener | None = None,
     ) -> None:
         self.settings = settings
         self._write = write
@@ -127,6 +152,7 @@ class GroupCoordinator:
         """Partition count of a topic, None if it does not exist."""
         self._topics = topics
         self._new_member_id = new_member_id
+        self.share_listener = share_listener or ShareListener()
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
         self._empty_since: dict[str, int] = {}
@@ -164,6 +190,10 @@ class GroupCoordinator:
 
     def _classic(self, group_id: str, *, create: bool) -> ClassicGroup | None:
         group = self.groups.get(group_id)
+        if isinstance(group, kip932.ShareGroup):
+            raise GroupError(
+                ErrorCode.inconsistent_group_protocol, f"group {group_id!r} is a share group"
+            )
         if isinstance(group, kip848.ConsumerGroup):
             if not group.is_empty:
                 raise GroupError(
@@ -244,6 +274,8 @@ class GroupCoordinator:
         group_id = request.group_id
         self._check_ready(group_id)
         group = self.groups.get(group_id)
+        if isinstance(group, kip932.ShareGroup):
+            raise GroupError(ErrorCode.group_id_not_found, f"group {group_id!r} is a share group")
         if isinstance(group, ClassicGroup):
             if not group.is_empty:
                 raise GroupError(
@@ -281,6 +313,78 @@ class GroupCoordinator:
             )
         return group.describe(self._topics())
 
+    # --- KIP-932 -------------------------------------------------------------------------
+
+    def share_heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        subscribed_topic_names: tuple[str, ...] | None,
+        rack_id: str | None,
+        *,
+        client_id: str,
+        client_host: str,
+        now_ms: int,
+    ) -> kip932.ShareHeartbeatResult:
+        """ShareGroupHeartbeat; raises GroupError with the code to answer."""
+        self._check_ready(group_id)
+        group = self.groups.get(group_id)
+        if group is not None and not isinstance(group, kip932.ShareGroup):
+            raise GroupError(
+                ErrorCode.inconsistent_group_protocol,
+                f"group {group_id!r} is a {group.view().kind} group, not a share group",
+            )
+        if group is None:
+            if member_epoch != kip932.JOIN_EPOCH:
+                raise GroupError(ErrorCode.unknown_member_id, f"no group {group_id!r}")
+            group = self.ensure_share_group(group_id)
+        else:
+            self._configure_share(group)
+        result = group.heartbeat(
+            member_id,
+            member_epoch,
+            subscribed_topic_names,
+            rack_id,
+            now_ms=now_ms,
+            topics=self._topics(),
+            client_id=client_id,
+            client_host=client_host,
+        )
+        if member_epoch == kip932.LEAVE_EPOCH:
+            self.share_listener.members_gone(group_id, [member_id], now_ms)
+        return result
+
+    def ensure_share_group(self, group_id: str) -> kip932.ShareGroup:
+        """The share group, created empty if there is no group of that id (another kind
+        of group is a bug of the caller: it is asserted)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = kip932.ShareGroup(group_id, settings=self.settings.share)
+            self._configure_share(group)
+            self.groups[group_id] = group
+        assert isinstance(group, kip932.ShareGroup), f"{group_id!r} is not a share group"
+        return group
+
+    def _configure_share(self, group: kip932.ShareGroup) -> None:
+        wanted = self.share_listener.share_settings(group.group_id) or self.settings.share
+        if wanted != group.settings:
+            group.configure(wanted)
+
+    def share_group(self, group_id: str) -> kip932.ShareGroup | None:
+        group = self.groups.get(group_id)
+        return group if isinstance(group, kip932.ShareGroup) else None
+
+    def describe_share_group(self, group_id: str) -> kip932.ShareGroupDescription:
+        """ShareGroupDescribe; GROUP_ID_NOT_FOUND for a group of another kind or none."""
+        self._check_ready(group_id)
+        group = self.groups.get(group_id)
+        if not isinstance(group, kip932.ShareGroup):
+            raise GroupError(
+                ErrorCode.group_id_not_found, f"group {group_id!r} is not a share group"
+            )
+        return group.describe(self._topics())
+
     # --- offsets -------------------------------------------------------------------------
 
     def commit_offsets(self, request: CommitRequest, now_ms: int) -> list[ErrorCode]:
@@ -313,6 +417,11 @@ class GroupCoordinator:
 
     def _check_commit(self, request: CommitRequest) -> None:
         group = self.groups.get(request.group_id)
+        if isinstance(group, kip932.ShareGroup):
+            raise GroupError(
+                ErrorCode.group_id_not_found,
+                f"group {request.group_id!r} is a share group: it acknowledges, never commits",
+            )
         if group is None or group.is_empty:
             if request.generation < 0:
                 return  # a commit from outside any group (assign() and commit)
@@ -414,7 +523,7 @@ class GroupCoordinator:
     def _subscribed(self, group: Group) -> frozenset[str]:
         if group.is_empty:
             return frozenset()
-        if isinstance(group, kip848.ConsumerGroup):
+        if isinstance(group, kip848.ConsumerGroup | kip932.ShareGroup):
             return group.subscribed_topics()
         return group.subscribed_topics() or frozenset()
 
@@ -486,6 +595,9 @@ class GroupCoordinator:
         group = self.groups.pop(group_id)
         if isinstance(group, ClassicGroup):
             group.delete(now_ms)
+        elif isinstance(group, kip932.ShareGroup):
+            group.delete()
+            self.share_listener.group_deleted(group_id)
         self.offsets.pop(group_id, None)
         self._empty_since.pop(group_id, None)
 
@@ -507,6 +619,10 @@ class GroupCoordinator:
         for group_id, group in list(self.groups.items()):
             if isinstance(group, ClassicGroup):
                 replies += group.tick(now_ms)
+            elif isinstance(group, kip932.ShareGroup):
+                expired = group.expire(now_ms)
+                if expired:
+                    self.share_listener.members_gone(group_id, expired, now_ms)
             else:
                 group.expire(now_ms)
                 self._note_empty(group_id, group, now_ms)
@@ -530,8 +646,8 @@ class GroupCoordinator:
         removed = 0
         for group_id in list(self.groups):
             group = self.groups[group_id]
-            if not group.is_empty:
-                continue
+            if not group.is_empty or isinstance(group, kip932.ShareGroup):
+                continue  # a share group lives until deleted: its state is elsewhere
             empty_since = (
                 group.state_timestamp_ms
                 if isinstance(group, ClassicGroup)

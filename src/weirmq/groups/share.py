@@ -246,6 +246,19 @@ class ShareGroup:
         return self._assignment_epoch
 
     @property
+    def is_empty(self) -> bool:
+        return not self._members
+
+    @property
+    def settings(self) -> ShareGroupSettings:
+        return self._settings
+
+    def configure(self, settings: ShareGroupSettings) -> None:
+        """New session timeout, heartbeat interval or size limit (the group's configs
+        changed): they apply from each member's next heartbeat."""
+        self._settings = settings
+
+    @property
     def members(self) -> tuple[ShareGroupMember, ...]:
         return tuple(self._members[member_id] for member_id in sorted(self._members))
 

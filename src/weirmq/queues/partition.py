@@ -320,6 +320,17 @@ class SharePartition:
             self._apply(first, last, Event.RELEASE, now_ms)
         return Outcome(*self._finish())
 
+    def skip_to(self, log_start_offset: int, now_ms: int) -> Outcome:
+        """The log no longer holds the records below `log_start_offset` (retention or
+        DeleteRecords): they are done, whatever their state, as Kafka archives them; a
+        lock on one of them is gone, and acknowledging it fails. Never dead-lettered:
+        there is no record left to copy."""
+        self._begin(now_ms)
+        if log_start_offset > self._start:
+            self._start = log_start_offset
+            self._drop_below_start()
+        return Outcome(*self._finish())
+
     def expire(self, now_ms: int) -> Outcome:
         """Time out the locks due at `now_ms`, and end the retry backoffs due."""
         self._begin(now_ms)

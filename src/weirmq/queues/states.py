@@ -69,7 +69,7 @@ class DeadLetterReason(Enum):
     """Why a record was archived with a dead-letter intent."""
 
     REJECTED = "rejected"
-    DELIVERY_LIMIT = "delivery limit"
+    DELIVERY_LIMIT = "delivery_limit"
 
 
 EVENT_OF_ACK: Final[dict[AckType, Event]] = {

@@ -842,6 +842,88 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
             }
         ],
     },
+    76: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "member_id": "m-1",
+        "member_epoch": 2,
+        "heartbeat_interval": 5000,
+        "assignment": {
+            "topic_partitions": [{"topic_id": _TOPIC_ID, "partitions": [0, 1]}]
+        },
+    },
+    77: {
+        "throttle_time": 0,
+        "groups": [
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "group_id": "g",
+                "group_state": "Stable",
+                "group_epoch": 2,
+                "assignment_epoch": 2,
+                "assignor_name": "simple",
+                "members": [
+                    {
+                        "member_id": "m-1",
+                        "rack_id": None,
+                        "member_epoch": 2,
+                        "client_id": "c",
+                        "client_host": "/127.0.0.1",
+                        "subscribed_topic_names": ["t"],
+                        "assignment": {"topic_partitions": [_DESCRIBED_PARTITIONS]},
+                    }
+                ],
+                "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            }
+        ],
+    },
+    78: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "acquisition_lock_timeout": 30000,
+        "responses": [
+            {
+                "topic_id": _TOPIC_ID,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": ErrorCode.none,
+                        "error_message": None,
+                        "acknowledge_error_code": ErrorCode.none,
+                        "acknowledge_error_message": None,
+                        "current_leader": {"leader_id": 1, "leader_epoch": 0},
+                        "records": b"",
+                        "acquired_records": [
+                            {"first_offset": 0, "last_offset": 4, "delivery_count": 1}
+                        ],
+                    }
+                ],
+            }
+        ],
+        "node_endpoints": [],
+    },
+    79: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "responses": [
+            {
+                "topic_id": _TOPIC_ID,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": ErrorCode.invalid_record_state,
+                        "error_message": "not held",
+                        "current_leader": {"leader_id": 1, "leader_epoch": 0},
+                    }
+                ],
+            }
+        ],
+        "node_endpoints": [],
+    },
 }
 
 

@@ -39,6 +39,7 @@ from ..contract import Reply as Reply
 from . import requests
 from .apis import admin
 from .apis import groups as group_apis
+from .apis import share as share_apis
 from .apis.fetch import handle_fetch
 from .apis.metadata import handle_init_producer_id, handle_metadata
 from .apis.offsets import handle_list_offsets, handle_offset_for_leader_epoch
@@ -102,6 +103,12 @@ API_VERSIONS: dict[int, Api] = {
     60: Api(0, 2, admin.handle_describe_cluster),
     68: Api(0, 1, group_apis.handle_consumer_group_heartbeat),
     69: Api(0, 1, group_apis.handle_consumer_group_describe),
+    # Share groups (KIP-932) at version 1 only: v0 was Kafka 4.0's early access, which
+    # no client we support speaks.
+    76: Api(1, 1, share_apis.handle_share_group_heartbeat),
+    77: Api(1, 1, share_apis.handle_share_group_describe),
+    78: Api(1, 1, share_apis.handle_share_fetch),
+    79: Api(1, 1, share_apis.handle_share_acknowledge),
 }
 
 

@@ -399,6 +399,72 @@ class ConsumerGroupDescribeRequest(Protocol):
     group_ids: Sequence[str]
 
 
+# --- share groups (76-79, KIP-932) ---------------------------------------------------------
+
+
+class ShareGroupHeartbeatRequest(Protocol):
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None
+    subscribed_topic_names: Sequence[str] | None
+
+
+class ShareGroupDescribeRequest(Protocol):
+    group_ids: Sequence[str]
+
+
+class ShareAckBatch(Protocol):
+    first_offset: int
+    last_offset: int
+    acknowledge_types: Sequence[int]
+
+
+class ShareFetchPartition(Protocol):
+    partition_index: int
+    acknowledgement_batches: Sequence[ShareAckBatch]
+
+
+class ShareFetchTopic(Protocol):
+    topic_id: uuid.UUID | None
+    partitions: Sequence[ShareFetchPartition]
+
+
+class ShareForgottenTopic(Protocol):
+    topic_id: uuid.UUID | None
+    partitions: Sequence[int]
+
+
+class ShareFetchRequest(Protocol):
+    group_id: str | None
+    member_id: str | None
+    share_session_epoch: int
+    max_wait: datetime.timedelta
+    min_bytes: int
+    max_bytes: int
+    max_records: int
+    batch_size: int
+    topics: Sequence[ShareFetchTopic]
+    forgotten_topics_data: Sequence[ShareForgottenTopic]
+
+
+class ShareAckPartition(Protocol):
+    partition_index: int
+    acknowledgement_batches: Sequence[ShareAckBatch]
+
+
+class ShareAckTopic(Protocol):
+    topic_id: uuid.UUID | None
+    partitions: Sequence[ShareAckPartition]
+
+
+class ShareAcknowledgeRequest(Protocol):
+    group_id: str | None
+    member_id: str | None
+    share_session_epoch: int
+    topics: Sequence[ShareAckTopic]
+
+
 # --- what absent fields read ----------------------------------------------------------------
 
 ABSENT: dict[int, dict[FieldPath, Any]] = {
@@ -519,6 +585,10 @@ PROTOCOLS: Mapping[int, type[Any]] = {
     47: OffsetDeleteRequest,
     68: ConsumerGroupHeartbeatRequest,
     69: ConsumerGroupDescribeRequest,
+    76: ShareGroupHeartbeatRequest,
+    77: ShareGroupDescribeRequest,
+    78: ShareFetchRequest,
+    79: ShareAcknowledgeRequest,
 }
 """The typed view of each API's request (Produce has its own decoder, `wire.fast`), for
 the test that checks the views against kio's classes."""

@@ -59,6 +59,10 @@ from .metadata import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 _Resource = AlterConfigsResource | IncrementalAlterConfigsResource
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
+"""Kafka's ConfigResource.Type.GROUP (KIP-848); librdkafka sends its own ResourceType
+GROUP (3) instead, which no Kafka config resource uses, so both name a group."""
+RESOURCE_GROUPS = (RESOURCE_GROUP, 3)
 DEFAULT_REPLICATION_FACTOR = -1
 DEFAULT_PARTITIONS = -1
 
@@ -285,7 +289,11 @@ def _resource_configs(broker: Broker, kind: int, name: str) -> list[configs.Conf
     if kind == RESOURCE_BROKER:
         _check_broker_name(broker, name)
         return broker_configs(broker.settings)
-    raise _InvalidRequest(f"resource type {kind} is not supported (topics 2 and brokers 4 are)")
+    if kind in RESOURCE_GROUPS:
+        return broker.group_configs.describe(name)
+    raise _InvalidRequest(
+        f"resource type {kind} is not supported (topics 2, brokers 4 and groups 32 are)"
+    )
 
 
 def _check_broker_name(broker: Broker, name: str) -> None:
@@ -382,8 +390,14 @@ def handle_incremental_alter_configs(
     for resource in request.resources:
         code, message = ErrorCode.none, None
         try:
-            _check_alterable(broker, resource)
             ops = [(c.name, int(c.config_operation), c.value) for c in resource.configs]
+            if int(resource.resource_type) in RESOURCE_GROUPS:
+                broker.group_configs.alter(
+                    resource.resource_name, ops, validate_only=bool(request.validate_only)
+                )
+                responses.append(_altered(resource, code, message))
+                continue
+            _check_alterable(broker, resource)
             broker.alter_topic_configs_ops(
                 resource.resource_name, ops, validate_only=bool(request.validate_only)
             )

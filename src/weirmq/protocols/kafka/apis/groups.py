@@ -75,6 +75,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_SHARE = 2
+"""A share-partition's coordinator (key "group:topicId:partition"): this broker too."""
 JOIN_REQUIRES_MEMBER_ID_VERSION = 4
 """JoinGroup v4+ (KIP-394): a new dynamic member first gets MEMBER_ID_REQUIRED."""
 MEMBER_TYPE_CONSUMER = 1
@@ -124,9 +126,9 @@ def handle_find_coordinator(
 ) -> dict[str, Any]:
     host, port = broker.advertised
     key_type = int(request.key_type)
-    if key_type == KEY_TYPE_GROUP:
+    if key_type in (KEY_TYPE_GROUP, KEY_TYPE_SHARE):
         code, message, node = ErrorCode.none, None, broker.node_id
-    else:  # transactions (1) and share groups (2) are not coordinated here yet
+    else:  # transactions (1) are not coordinated here yet
         code, message, node = ErrorCode.invalid_request, f"key type {key_type} is not supported", -1
     if version < 4:
         return {
