@@ -380,3 +380,123 @@ def test_group_configs_are_set_described_and_checked(broker: BrokerProcess) -> N
     )
     with pytest.raises(Exception, match=r"INVALID_CONFIG|share\.record\.lock\.duration\.ms"):
         admin.incremental_alter_configs([bad])[bad].result(timeout=10)
+
+
+KILL_ROUNDS = 3
+KILL_RECORDS = 400
+
+
+def test_every_record_is_accepted_once_or_dead_lettered_across_repeated_kill_9(
+    broker: BrokerProcess,
+) -> None:
+    """kill -9 the broker mid-stream, repeatedly, while a member accepts records. A record
+    whose acceptance the broker confirmed (commit_sync without error) is never delivered
+    again; in the end every record was accepted or dead-lettered (a record in flight at a
+    kill counts a delivery each time, so some may reach the limit). An acceptance lost
+    with its connection (commit_sync failed) is ambiguous: the record may come again."""
+    admin = _admin(broker)
+    _create_topic(admin, "crashy", 2)
+    _set_group_configs(
+        admin,
+        "survivors",
+        **{
+            "share.record.lock.duration.ms": "2000",
+            "weirmq.share.retry.backoff.ms": "0",
+            "errors.deadletterqueue.topic.name": "dlq.crashy",
+            "errors.deadletterqueue.copy.record.enable": "true",
+        },
+    )
+    confirmed: set[int] = set()
+    ambiguous: set[int] = set()
+    again: list[int] = []
+    at_kills: list[int] = []
+    # Small polls, so that records are in flight (acquired, accepting) at every kill.
+    with _share_consumer(broker, "survivors", "crashy", **{"max.poll.records": 20}) as consumer:
+        _wait_members(broker, "survivors", 1, [consumer])
+        _produce(broker, "crashy", range(KILL_RECORDS), acks="all")
+        kills, quarter = 0, KILL_RECORDS // (KILL_ROUNDS + 1)
+        deadline = Deadline(90, f"{KILL_RECORDS} records accepted through {KILL_ROUNDS} kills")
+        while kills < KILL_ROUNDS or len(confirmed | ambiguous) < KILL_RECORDS:
+            batch = _poll(consumer, 0.3)
+            if not batch:
+                deadline.check(f"{len(confirmed)} confirmed, {len(ambiguous)} ambiguous")
+                if kills >= KILL_ROUNDS and _settled(broker, consumer, confirmed, ambiguous):
+                    break
+                continue
+            for message in batch:
+                if _seq(message) in confirmed:
+                    again.append(_seq(message))
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            # Kill at a quarter, a half and three quarters of the stream, while this
+            # batch is acquired and its acceptance not yet sent.
+            if kills < KILL_ROUNDS and len(confirmed) >= (kills + 1) * quarter:
+                at_kills.append(len(confirmed))
+                broker.kill()
+                broker.start()
+                kills += 1
+            _commit(consumer, batch, confirmed, ambiguous)
+            deadline.check(f"{len(confirmed)} confirmed, {len(ambiguous)} ambiguous")
+    assert any(0 < n < KILL_RECORDS for n in at_kills), f"no kill mid-stream: {at_kills}"
+    assert not again, f"records delivered again after a confirmed acceptance: {again[:20]}"
+    dead = {_seq(m) for m in _all_records(broker, "dlq.crashy")}
+    lost = set(range(KILL_RECORDS)) - confirmed - ambiguous - dead
+    assert not lost, f"{len(lost)} records never accepted nor dead-lettered: {sorted(lost)[:20]}"
+
+
+def _commit(
+    consumer: ShareConsumer, batch: list[Message], confirmed: set[int], ambiguous: set[int]
+) -> None:
+    seqs = {_seq(m) for m in batch}
+    try:
+        results = consumer.commit_sync(10)
+    except Exception:  # the broker died under the acknowledgement: it may have landed
+        ambiguous |= seqs
+        return
+    failed = {
+        tp.partition for tp, error in (results or {}).items() if error is not None or tp.error
+    }
+    for message in batch:
+        (ambiguous if message.partition() in failed else confirmed).add(_seq(message))
+    ambiguous -= confirmed
+
+
+def _settled(
+    broker: BrokerProcess, consumer: ShareConsumer, confirmed: set[int], ambiguous: set[int]
+) -> bool:
+    """After the last kill, once nothing more is delivered for the lock duration and a
+    bit, whatever is not accepted must be in the dead-letter topic."""
+    quiet = Deadline(3.0, "")
+    while not quiet.expired():
+        batch = _poll(consumer, 0.3)
+        if batch:
+            for message in batch:
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            _commit(consumer, batch, confirmed, ambiguous)
+            return False
+    return True
+
+
+def _all_records(broker: BrokerProcess, topic: str) -> list[Message]:
+    """Every record of `topic` (all its partitions, up to their high watermarks)."""
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return []
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in metadata.partitions
+        }
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        found: list[Message] = []
+        deadline = Deadline(20, f"all of {topic!r}")
+        while len(found) < sum(ends.values()):
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                found.append(message)
+            deadline.check(f"{len(found)} of {sum(ends.values())}")
+        return found
+    finally:
+        consumer.close()
