@@ -17,6 +17,7 @@ adapter left out):
         CorruptPayloadError             records.compression   corrupt_message
         GroupError                      groups.errors         (the code it is raised with)
         InvalidConfigError              broker.configs        invalid_config
+        InvalidDelayError               broker.delays         invalid_record
         InvalidPartitionsError          broker.topics         invalid_partitions
         InvalidProducerEpochError       broker.producers      invalid_producer_epoch
         InvalidRecordError              records.batch         corrupt_message

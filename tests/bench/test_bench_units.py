@@ -233,7 +233,7 @@ def test_targets_come_from_the_runs_own_figures() -> None:
 
 def test_issue_17_targets_come_from_the_runs_own_figures() -> None:
     every = report.targets(sample_document())
-    assert {t["issue"] for t in every} == {6, 17, 18}
+    assert {t["issue"] for t in every} == {6, 17, 18, 19}
     by_name = {t["target"]: t for t in every if t["issue"] == 17}
     produce = by_name["produce: broker CPU per request beyond the per-byte cost, µs"]
     assert produce["measured"] == pytest.approx(1.54 / 15_700 * 1e6) and produce["met"] is False
@@ -320,3 +320,16 @@ def test_issue_18_targets_compare_routed_with_plain_records_per_second() -> None
     many = by_name["routed ÷ plain records/s, topic exchange with 10,000 bindings"]
     assert many["measured"] == pytest.approx(0.35) and many["met"] is False
     assert all(t["met"] is None for t in report.targets({}) if t["issue"] == 18)
+
+
+def test_issue_19_targets_take_the_worst_delay_case() -> None:
+    document = {"workloads": {"delay": {"cases": [
+        {"name": "1000/s delayed", "lateness_p99_ms": 8, "early": 0},
+        {"name": "5000/s delayed", "lateness_p99_ms": 120, "early": 0},
+        {"name": "broken", "error": "RuntimeError: boom"},
+    ]}}}
+    by_name = {t["target"]: t for t in report.targets(document) if t["issue"] == 19}
+    p99 = by_name["delay lateness p99 ms (worst case)"]
+    assert p99["measured"] == 120 and p99["met"] is False
+    assert by_name["delayed records delivered early"]["met"] is True
+    assert all(t["met"] is None for t in report.targets({}) if t["issue"] == 19)

@@ -213,9 +213,11 @@ ADMIN_TIMEOUT_S = 30.0
 Record = tuple[int, int, int]  # (partition, offset, seq) of one consumed record
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=1, config=configs or {})
     admin.create_topics([new])[topic].result(ADMIN_TIMEOUT_S)
 
 

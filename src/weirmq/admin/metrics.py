@@ -97,6 +97,7 @@ class BrokerCollector(Collector):
         yield self._flushes()
         yield from self._groups()
         yield from self._exchanges()
+        yield from self._delays()
 
     def _broker(self) -> Iterator[Metric]:
         broker = self.broker
@@ -293,6 +294,26 @@ class BrokerCollector(Collector):
             lag.add_metric([name], view.lag_records)
         yield from counters.values()
         yield lag
+
+    def _delays(self) -> Iterator[Metric]:
+        stats = self.broker.stats.delays
+        yield GaugeMetricFamily(
+            f"{PREFIX}_delayed_records_pending",
+            "Records produced with a delay and not delivered yet.",
+            value=stats.pending,
+        )
+        for name, value, documentation in (
+            ("delayed_records", stats.diverted, "Records produced with a future due time."),
+            ("delayed_records_delivered", stats.delivered, "Delayed records delivered."),
+            ("delayed_records_dropped", stats.dropped, "Delayed records whose topic was deleted."),
+        ):
+            yield CounterMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
+        lateness = HistogramMetricFamily(
+            f"{PREFIX}_delayed_lateness_seconds",
+            "Seconds from a delayed record's due time to its delivery.",
+        )
+        lateness.add_metric([], _buckets(stats.lateness.cumulative()), stats.lateness.sum)
+        yield lateness
 
 
 def _buckets(cumulative: list[tuple[float, int]]) -> list[tuple[str, float]]:

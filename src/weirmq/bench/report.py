@@ -6,8 +6,9 @@ and nothing else, so a saved JSON file can be re-rendered later (``weirmq bench 
 FILE``).
 
 The targets are issue 6's (the first version of the suite), issue 17's (the cost of a
-request: small batches, per-request overhead, many partitions, latency, start and stop) and
-issue 18's (routing through an exchange against plain produce).
+request: small batches, per-request overhead, many partitions, latency, start and stop),
+issue 18's (routing through an exchange against plain produce) and issue 19's (delayed
+delivery: lateness from the due time to a consumer, none early).
 Each is computed from the figures of one run, so a ratio always compares two measurements
 taken minutes apart on the same machine, never against a figure from another day. A target
 whose figures the run did not measure (a workload left out, a quick run) is "not
@@ -77,7 +78,7 @@ STOP_TARGET = "clean stop with 10,000 partitions, s"
 
 
 def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every target of issues 6, 17 and 18: what it asks, the figure measured, whether it
+    """Every target of issues 6, 17, 18 and 19: what it asks, the figure measured, whether it
     held.
 
     ``met`` is None when the figures it needs were not measured in this run. A case that
@@ -94,6 +95,8 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(target)
     out += [_target(18, what, measured, goal, check)
             for what, measured, goal, check in _issue_18(document)]
+    out += [_target(19, what, measured, goal, check)
+            for what, measured, goal, check in _issue_19(document)]
     return out
 
 
@@ -213,6 +216,18 @@ def _issue_18(document: dict[str, Any]) -> list[Row]:
             for n, goal, limit in (("10", ">= 0.5", 0.5), ("10,000", ">= 0.4", 0.4))]
 
 
+def _issue_19(document: dict[str, Any]) -> list[Row]:
+    """Issue 19's delay target: the worst p99 lateness of the `delay` cases, and no record
+    early."""
+    measured = [c for c in cases(document, "delay") if "error" not in c]
+    p99s = [c["lateness_p99_ms"] for c in measured if c.get("lateness_p99_ms") is not None]
+    early = [c["early"] for c in measured if c.get("early") is not None]
+    return [("delay lateness p99 ms (worst case)", max(p99s) if p99s else None, "<= 100",
+             _at_most(100)),
+            ("delayed records delivered early", sum(early) if early else None, "0",
+             _at_most(0))]
+
+
 def _produce_case(document: dict[str, Any], value_bytes: int, acks: str,
                   small: bool) -> Case | None:
     """The one-producer produce case of that size and acks, with small or default batches."""
@@ -280,6 +295,10 @@ COLUMNS: dict[str, Sequence[tuple[str, str, int]]] = {
              ("written to", "partitions_written", 0), ("RSS MB", "rss_before_stop_mb", 0),
              ("stop s", "stop_s", 2), ("ms/partition", "stop_ms_per_partition", 2),
              ("exit code", "exit_code", 0)],
+    "delay": [("records", "records", 0), ("arrived", "arrived", 0),
+              ("late p50 ms", "lateness_p50_ms", 0), ("p99 ms", "lateness_p99_ms", 0),
+              ("p99.9 ms", "lateness_p999_ms", 0), ("max ms", "lateness_max_ms", 0),
+              ("early", "early", 0)],
     "rebalance": [("runs", "runs", 0), ("join s med", "rebalance_s_median", 2),
                   ("max", "rebalance_s_max", 2),
                   ("new assigned s", "new_member_assigned_s_median", 2),

@@ -54,6 +54,7 @@ from weirmq.bench.workers import (
     ConsumeSpec,
     ProduceSpec,
     consume_worker,
+    percentiles,
     produce_worker,
     run_clients,
 )
@@ -98,13 +99,15 @@ class Run:
 # --- Helpers --------------------------------------------------------------------------------
 
 
-def create_topic(target: Target, partitions: int, prefix: str) -> tuple[str, float]:
+def create_topic(
+    target: Target, partitions: int, prefix: str, configs: dict[str, str] | None = None
+) -> tuple[str, float]:
     """A new topic on `target`; returns its name and the seconds its creation took."""
     name = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
     start = time.perf_counter()
-    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=120,
-                                  request_timeout=180)
+    new = NewTopic(name, partitions, 1, config=configs or {})
+    futures = admin.create_topics([new], operation_timeout=120, request_timeout=180)
     futures[name].result()
     # Creation is acknowledged before every client sees the topic: wait until Metadata has it.
     deadline = time.monotonic() + 60
@@ -763,6 +766,107 @@ def routing(run: Run) -> dict[str, Any]:
     }
 
 
+DELAY_HEADER = "weirmq.deliver.at.ms"
+DELAYS_MS = (250, 500, 1000, 1500, 2000)
+"""The delays of the `delay` workload, in turn: several due times always pending."""
+
+
+def delay_plan(quick: bool) -> list[int]:
+    """Records/s produced with a delay, per case."""
+    return [2000] if quick else [1000, 5000]
+
+
+def _delay_consumer(bootstrap: str, topic: str, expected: int, deadline_s: float,
+                    out: list[tuple[bytes, int]]) -> None:
+    """Read `topic` from the beginning until `expected` records (or the deadline): (value,
+    arrival in epoch ms) each. Runs on a thread: librdkafka waits without the GIL."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-delay",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    end = time.monotonic() + deadline_s
+    try:
+        while len(out) < expected and time.monotonic() < end:
+            # poll, not consume(n, timeout): that waits for n records or the whole timeout.
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                out.append((message.value() or b"", time.time_ns() // 1_000_000))
+    finally:
+        consumer.close()
+
+
+def measure_delay(run: Run, target: Target, rate: int, duration_s: float) -> dict[str, Any]:
+    """Produce `rate` records/s for `duration_s`, each due `DELAYS_MS` later in turn
+    (absolute `weirmq.deliver.at.ms`, so the due time is exact); a plain consumer notes when
+    each arrives. Lateness = arrival - due, on this machine's clock."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    topic, _ = create_topic(target, 1, "delay", {"weirmq.delay.enable": "true"})
+    total = int(rate * duration_s)
+    arrived: list[tuple[bytes, int]] = []
+    reader = threading.Thread(
+        target=_delay_consumer,
+        args=(target.bootstrap, topic, total, duration_s + max(DELAYS_MS) / 1000 + 60, arrived),
+        daemon=True)
+    reader.start()
+    producer = Producer({"bootstrap.servers": target.bootstrap, "acks": "1", "linger.ms": 5})
+    due: dict[bytes, int] = {}
+    started = time.monotonic()
+    for n in range(total):
+        pause = started + n / rate - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        value = b"%d" % n
+        due[value] = time.time_ns() // 1_000_000 + DELAYS_MS[n % len(DELAYS_MS)]
+        while True:
+            try:
+                producer.produce(topic, value, headers=[(DELAY_HEADER, str(due[value]).encode())])
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError("records not acknowledged within 60 s")
+    reader.join()
+    late = [at - due[value] for value, at in arrived if value in due]
+    p50, p99, p999 = percentiles(late, (50, 99, 99.9)) if late else (None, None, None)
+    run.log(f"  delay {rate}/s: {len(arrived)} of {total} arrived, lateness p50 {p50} ms, "
+            f"p99 {p99} ms")
+    return {"rate_per_s": rate, "records": total, "arrived": len(arrived),
+            "distinct": len({value for value, _ in arrived}),
+            "lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_p999_ms": p999,
+            "lateness_max_ms": max(late, default=None),
+            "early": sum(1 for x in late if x < 0)}
+
+
+def delay(run: Run) -> dict[str, Any]:
+    """Issue 19: delayed delivery's lateness, arrival at a plain consumer minus due time."""
+    duration_s = 3.0 if run.quick else 10.0
+    cases = []
+    for rate in delay_plan(run.quick):
+
+        def body(rate: int = rate) -> dict[str, Any]:
+            with run.broker() as target:
+                figures = measure_delay(run, target, rate, duration_s)
+            wanted = figures["records"]
+            if figures["arrived"] != wanted or figures["distinct"] != wanted:
+                raise RuntimeError(f"{figures['records']} delayed records produced, "
+                                   f"{figures['arrived']} arrived ({figures['distinct']} distinct)")
+            return figures
+
+        cases.append(_case(run, f"{rate}/s delayed", body))
+    return {
+        "description": "one producer, acks=1, records due 0.25-2 s later (header "
+                       f"{DELAY_HEADER}), at a steady rate; a plain consumer (fetch.wait.max.ms "
+                       "10) notes each arrival: lateness = arrival - due time, 'early' must be 0",
+        "params": {"duration_s": duration_s, "delays_ms": list(DELAYS_MS)},
+        "cases": cases,
+    }
+
+
 WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "startup": startup,
     "idle": idle,
@@ -774,4 +878,5 @@ WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "stop": stop,
     "routing": routing,
     "rebalance": rebalances,
+    "delay": delay,
 }

@@ -140,6 +140,7 @@ def _topic_name(text: str) -> str:
 
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+DELAY_ENABLE = "weirmq.delay.enable"
 EXCHANGE_TYPE = "weirmq.exchange.type"
 EXCHANGE_ALTERNATE = "weirmq.exchange.alternate"
 EXCHANGE_UNROUTABLE = "weirmq.exchange.unroutable"
@@ -230,6 +231,12 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
         "weirmq.acks.all.fsync", ConfigType.BOOLEAN, _boolean, "true",
         "true: acks=all is answered once the batch is fsynced; false: once it is written to "
         "the OS (acks=1 durability, for data that can be replayed from elsewhere)",
+    ),
+    TopicConfigDef(
+        DELAY_ENABLE, ConfigType.BOOLEAN, _boolean, "false",
+        "true: a record produced with header weirmq.delay.ms or weirmq.deliver.at.ms is "
+        "held back and appended when due (every batch produced is searched for the headers, "
+        "which costs CPU per byte: hence off by default); not for exchanges",
     ),
     TopicConfigDef(
         EXCHANGE_ALTERNATE, ConfigType.STRING, _topic_name, "",
@@ -329,6 +336,10 @@ def parse_value(name: str, value: str | None) -> str:
 def check_overrides(settings: Settings, overrides: Mapping[str, str | None]) -> dict[str, str]:
     """Validated, canonical overrides, or InvalidConfigError naming the first bad one."""
     checked = {name: parse_value(name, value) for name, value in sorted(overrides.items())}
+    if checked.get(DELAY_ENABLE) == "true" and checked.get(EXCHANGE_TYPE):
+        raise InvalidConfigError(
+            f"{DELAY_ENABLE} applies to topics, not exchanges: enable it on a bound topic"
+        )
     try:
         log_config(settings, checked)
     except ValueError as exc:
@@ -360,6 +371,10 @@ def log_config(settings: Settings, overrides: Mapping[str, str]) -> LogConfig:
 
 def acks_all_fsync(settings: Settings, overrides: Mapping[str, str]) -> bool:
     return effective(settings, overrides, "weirmq.acks.all.fsync") == "true"
+
+
+def delays_enabled(settings: Settings, overrides: Mapping[str, str]) -> bool:
+    return effective(settings, overrides, DELAY_ENABLE) == "true"
 
 
 # --- incremental changes --------------------------------------------------------------------

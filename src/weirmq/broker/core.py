@@ -49,6 +49,7 @@ from ..storage.manager import LogManager, StorageSettings
 from ..types import Clock, Timers, TopicPartition
 from . import configs
 from .configs import ConfigEntry
+from .delays import DELAYED_TOPIC, Delays
 from .exchanges import BINDINGS_CONFIG, ROUTING_TOPIC, Exchanges, exchange_of
 from .group_configs import GroupConfigs
 from .group_service import (
@@ -86,7 +87,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["INTERNAL_TOPICS", "LEADER_EPOCH", "Broker", "Partition", "TopicPartition"]
 
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, ROUTING_TOPIC, SHARE_STATE_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, ROUTING_TOPIC, SHARE_STATE_TOPIC, DELAYED_TOPIC})
 """Written only by the broker itself; clients may read them, not produce or delete."""
 PARTITIONS_MAX = 100_000
 """Partitions of one topic at most: each is a directory and open files when used."""
@@ -134,6 +135,7 @@ class Broker:
         """Called after every append with (partition, bytes, records); see Partition."""
         self.partitions: dict[TopicPartition, Partition] = {}
         self.exchanges = Exchanges(self, data_dir)
+        self.delays = Delays(self, data_dir)
         self._adopt_orphans()
         self.producer_ids = ProducerIdAllocator(data_dir)
         snapshots = read_producer_snapshots(data_dir, self._topic_ids())
@@ -157,6 +159,7 @@ class Broker:
         self.group_replies = GroupReplies()
         self.group_timer = GroupTimer(self.groups, self.group_replies, self.clock, self.timers)
         self.exchanges.load()
+        self.delays.load()  # after the producer states are loaded
         self.logs.periodic_state = self.exchanges.cursor_file
 
     # --- topics -------------------------------------------------------------------------
@@ -241,6 +244,8 @@ class Broker:
             listeners=self.append_listeners,
             fsync_acks_all=configs.acks_all_fsync(self.settings, overrides or {}),
         )
+        if configs.delays_enabled(self.settings, overrides or {}):
+            partition.delays = self.delays
         return partition
 
     def known_topic(self, name: str) -> Topic:
@@ -372,11 +377,13 @@ class Broker:
     def _apply_configs(self, topic: Topic) -> None:
         config = configs.log_config(self.settings, topic.configs)
         fsync = configs.acks_all_fsync(self.settings, topic.configs)
+        delays = self.delays if configs.delays_enabled(self.settings, topic.configs) else None
         for index in range(topic.partitions):
             partition = self.partitions.get(TopicPartition(topic.name, index))
             if partition is not None:
                 partition.log.config = config
                 partition.fsync_acks_all = fsync
+                partition.delays = delays
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
         """Move the partition's log start to `offset` (-1: the high watermark); returns
@@ -486,6 +493,7 @@ class Broker:
         self.shares.cancel_timer()
         self.wake_all()
         self.logs.flush_for_close()
+        self.delays.close()  # after the flush: confirms what it made durable
         snapshot = producer_state_file(self.partitions.values(), self._topic_ids())
         self.logs.close(state_files={PRODUCER_STATE_FILE: snapshot, **self.exchanges.cursor_file()})
         self._dir_lock.release()

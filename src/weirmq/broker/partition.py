@@ -17,6 +17,16 @@ pipeline exists once:
       5. return what was appended, and the offset the log must be fsynced below before
          the write may be acknowledged, if the durability asked for needs one.
 
+Delayed delivery (broker/delays.py, the partition's `delays`): between steps 2 and 3, a
+batch holding a record due in the future (header `weirmq.delay.ms` or
+`weirmq.deliver.at.ms`) is not appended here but to the internal delayed log, which
+delivers it here when due. The check costs one search of the batch's bytes for the
+headers' common prefix (a compressed batch is decompressed first). The producer's
+sequence still advances here: `diverted` remembers, per idempotent producer whose batch
+went there, those batches, so that its next batch is in sequence and a retry is a
+duplicate. Such a batch has no offset here yet: it is answered with base offset -1, and
+its durability is the delayed log's (`Published.durable_partition`).
+
 The append is synchronous on the event loop's thread, so writes keep arrival order
 (idempotent sequences depend on it); only the wait for the fsync (`durable`) is
 asynchronous, and one group-commit fsync covers every writer waiting (storage.flusher).
@@ -57,7 +67,17 @@ from ..storage.log import FileLog
 from ..storage.manager import LogManager
 from ..storage.state_file import encode_states, read_states
 from ..types import Clock, Timers, TopicPartition
-from .producers import BatchMetadata, PartitionProducers, SnapshotError, last_sequence
+from .producers import (
+    EPOCH_MAX,
+    RETAINED_BATCHES,
+    SEQUENCE_MAX,
+    BatchMetadata,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    PartitionProducers,
+    SnapshotError,
+    last_sequence,
+)
 from .scan import scan_batch_headers
 
 log = logging.getLogger(__name__)
@@ -73,6 +93,61 @@ LEADER_EPOCH = 0
 
 AppendListener = Callable[[TopicPartition, int, int], None]
 """Called after every append with (partition, bytes appended, records appended)."""
+
+
+class PublishDelays(Protocol):
+    """Delayed delivery (broker/delays.py): `plan` looks for records due in the future
+    (None: none, the batch goes down the normal path; raising refuses the batch unwritten),
+    `divert` writes the batch to the delayed log instead of here and returns that log's
+    partition and the last offset written there."""
+
+    def plan(
+        self, partition: Partition, records: bytes | memoryview, header: BatchHeader
+    ) -> Any: ...
+
+    def divert(
+        self, partition: Partition, plan: Any, records: bytes | memoryview, header: BatchHeader
+    ) -> tuple[Partition, int]: ...
+
+    def delayed_partition(self) -> Partition | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DivertedProducer:
+    """What one partition remembers of an idempotent producer's batches that went to the
+    delayed log (see the module docstring): their sequences, to answer retries, and
+    whether the producer's latest batch here is one of them, so that its next batch is
+    judged against it. `dest_end` is this partition's log end when the latest was
+    diverted: a batch of the producer's in the log at or after it came later (recovery
+    decides `latest` with it)."""
+
+    epoch: int
+    batches: tuple[tuple[int, int, int], ...]
+    """(first sequence, last sequence, last offset in the delayed log), oldest first, at
+    most `RETAINED_BATCHES`."""
+    dest_end: int
+    latest: bool
+
+    def find(self, epoch: int, first_seq: int, last_seq: int) -> tuple[int, int, int] | None:
+        if epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if batch[0] == first_seq and batch[1] == last_seq:
+                return batch
+        return None
+
+    def then(
+        self, epoch: int, first_seq: int, last_seq: int, delayed_offset: int, dest_end: int
+    ) -> DivertedProducer:
+        """This state after one more diverted batch."""
+        kept = self.batches if epoch == self.epoch else ()
+        batches = (*kept, (first_seq, last_seq, delayed_offset))[-RETAINED_BATCHES:]
+        return DivertedProducer(epoch, batches, dest_end, True)
+
+
+DIVERTED_PRODUCERS_MAX = 10_000
+"""Per partition, idempotent producers whose diverted batches are remembered; the least
+recently diverted is forgotten beyond (as `PartitionProducers` forgets producers)."""
 
 
 class PublishRouter(Protocol):
@@ -110,6 +185,9 @@ class Published:
     """An idempotent retry of a batch already written: nothing new was appended."""
     durable_offset: int | None
     """Acknowledge only once the log is fsynced below this offset (None: at once)."""
+    durable_partition: Partition | None = None
+    """Whose log `durable_offset` is in, when not the publishing partition's (a batch
+    diverted to the delayed log)."""
 
 
 class NotOneBatchError(KafkaError):
@@ -131,6 +209,8 @@ class Partition:
         "_listeners",
         "_waiters",
         "clock",
+        "delays",
+        "diverted",
         "fsync_acks_all",
         "leader_epoch",
         "log",
@@ -163,6 +243,11 @@ class Partition:
         self._waiters: list[asyncio.Future[None]] = []
         self.router: PublishRouter | None = None
         """Set on the partitions of an exchange (broker/exchanges.py): routes each batch."""
+        self.delays: PublishDelays | None = None
+        """The broker's delayed delivery (broker/delays.py), set on every partition."""
+        self.diverted: dict[int, DivertedProducer] = {}
+        """Per idempotent producer, its batches diverted to the delayed log (see
+        `DivertedProducer`); kept by broker/delays.py across restarts."""
 
     def __repr__(self) -> str:
         return f"Partition({self.tp})"
@@ -196,45 +281,99 @@ class Partition:
         header = headers[0]
         if header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
             raise TransactionsUnsupportedError("transactional batches are not supported yet")
+        delays = self.delays
+        delayed = None if delays is None else delays.plan(self, records, header)
         idempotent = header.producer_id >= 0
-        duplicate = self._duplicate_of(header) if idempotent else None
-        if duplicate is not None:  # a retry: the offsets it got the first time
-            published = Published(
-                duplicate.first_offset,
-                duplicate.last_offset,
-                -1,
-                self.log.log_start_offset,
-                True,
-                None,
-            )
-        else:
-            router = self.router
-            plan = None if router is None else router.plan(records)  # may refuse the batch
-            info = self.log.append(records, leader_epoch=self.leader_epoch, validated=headers)
-            if idempotent:
+        after_diverted = False
+        if idempotent:
+            duplicate, after_diverted = self._judge(header)
+            if duplicate is not None:  # a retry: what it got the first time
+                return self._durable(duplicate, durability)
+        if delayed is not None:
+            assert delays is not None
+            return self._durable(self._divert(delays, delayed, records, header), durability)
+        router = self.router
+        plan = None if router is None else router.plan(records)  # may refuse the batch
+        info = self.log.append(records, leader_epoch=self.leader_epoch, validated=headers)
+        if idempotent:
+            if after_diverted:
+                self._record_after_diverted(header, info.base_offset, info.last_offset)
+            else:
                 self._record_sequence(header, info.base_offset, info.last_offset)
-            self._appended(len(records), header.records_count)
-            if router is not None:
-                router.deliver(plan, info.base_offset)
-            published = Published(
-                info.base_offset,
-                info.last_offset,
-                info.log_append_time_ms,
-                self.log.log_start_offset,
-                False,
-                None,
-            )
+        self._appended(len(records), header.records_count)
+        if router is not None:
+            router.deliver(plan, info.base_offset)
+        published = Published(
+            info.base_offset,
+            info.last_offset,
+            info.log_append_time_ms,
+            self.log.log_start_offset,
+            False,
+            None,
+        )
+        return self._durable(published, durability)
+
+    def _durable(self, published: Published, durability: Durability) -> Published:
+        """Set what must be fsynced before the write may be acknowledged."""
         if durability is Durability.FSYNCED and self.fsync_acks_all:
-            published.durable_offset = published.last_offset + 1
+            if published.durable_partition is None:  # else diverted: set by `_divert`
+                published.durable_offset = published.last_offset + 1
+        else:
+            published.durable_offset = None
+            published.durable_partition = None
         return published
 
-    def _duplicate_of(self, header: BatchHeader) -> BatchMetadata | None:
-        """The batch this one repeats, or None if new; raises when its sequence or epoch
-        is out of order (`producers.PartitionProducers.check`)."""
-        last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
-        return self.producers.check(
-            header.producer_id, header.producer_epoch, header.base_sequence, last_seq
+    def _judge(self, header: BatchHeader) -> tuple[Published | None, bool]:
+        """An idempotent batch judged against this partition's producer state and its
+        diverted batches: (the answer to a retry, or None for a new batch; whether the new
+        batch follows a diverted one). Raises when its sequence or epoch is out of order."""
+        pid, epoch, first = header.producer_id, header.producer_epoch, header.base_sequence
+        last = last_sequence(first, header.last_offset_delta)
+        diverted = self.diverted.get(pid) if self.diverted else None
+        if diverted is None:
+            found = self.producers.check(pid, epoch, first, last)
+            return (None if found is None else self._repeat(found)), False
+        entry = self.producers.entry(pid)
+        found = None if entry is None else entry.find_duplicate(epoch, first, last)
+        if found is not None:
+            return self._repeat(found), False
+        batch = diverted.find(epoch, first, last)
+        if batch is not None:  # a retry of a diverted batch: still no offset here
+            delayed = None if self.delays is None else self.delays.delayed_partition()
+            published = Published(-1, -1, -1, self.log.log_start_offset, True, batch[2] + 1)
+            published.durable_partition = delayed
+            return published, False
+        if not diverted.latest:
+            self.producers.check(pid, epoch, first, last)  # raises when out of order
+            return None, False
+        _check_after_diverted(pid, diverted, epoch, first, last)
+        return None, True
+
+    def _repeat(self, found: BatchMetadata) -> Published:
+        return Published(
+            found.first_offset, found.last_offset, -1, self.log.log_start_offset, True, None
         )
+
+    def _divert(
+        self, delays: PublishDelays, plan: Any, records: bytes | memoryview, header: BatchHeader
+    ) -> Published:
+        dest_end = self.log.log_end_offset
+        delayed, last = delays.divert(self, plan, records, header)
+        pid = header.producer_id
+        if pid >= 0:
+            first = header.base_sequence
+            last_seq = last_sequence(first, header.last_offset_delta)
+            previous = self.diverted.pop(pid, None)
+            if previous is None:
+                previous = DivertedProducer(header.producer_epoch, (), dest_end, True)
+            self.diverted[pid] = previous.then(
+                header.producer_epoch, first, last_seq, last, dest_end
+            )
+            if len(self.diverted) > DIVERTED_PRODUCERS_MAX:
+                del self.diverted[next(iter(self.diverted))]
+        published = Published(-1, -1, -1, self.log.log_start_offset, False, last + 1)
+        published.durable_partition = delayed
+        return published
 
     def _record_sequence(self, header: BatchHeader, base_offset: int, last_offset: int) -> None:
         last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
@@ -246,6 +385,27 @@ class Partition:
             base_offset,
             last_offset,
             self.clock(),
+        )
+
+    def _record_after_diverted(
+        self, header: BatchHeader, base_offset: int, last_offset: int
+    ) -> None:
+        """Record a batch that follows a diverted one: its sequence continues the diverted
+        batch's, which `PartitionProducers.record` would take for a gap, so the batch is
+        applied as the log's truth (`replay_batch`) once `_judge` has accepted it."""
+        pid = header.producer_id
+        self.producers.replay_batch(
+            pid,
+            header.producer_epoch,
+            header.base_sequence,
+            last_sequence(header.base_sequence, header.last_offset_delta),
+            base_offset,
+            last_offset,
+            self.clock(),
+        )
+        diverted = self.diverted[pid]
+        self.diverted[pid] = DivertedProducer(
+            diverted.epoch, diverted.batches, diverted.dest_end, False
         )
 
     def append_internal(self, records: bytes) -> int:
@@ -356,6 +516,27 @@ class Partition:
         if partition_log.offline_reason is not None or partition_log.flushed_offset < end:
             return None
         return self.producers.snapshot(end)
+
+
+def _check_after_diverted(
+    pid: int, diverted: DivertedProducer, epoch: int, first_seq: int, last_seq: int
+) -> None:
+    """`producers`' table for a producer whose latest batch here was diverted."""
+    if not 0 <= epoch <= EPOCH_MAX:
+        raise InvalidProducerEpochError(f"producer {pid}: invalid epoch {epoch}")
+    if not (0 <= first_seq <= SEQUENCE_MAX and 0 <= last_seq <= SEQUENCE_MAX):
+        raise OutOfOrderSequenceError(
+            f"producer {pid}: invalid sequences {first_seq} .. {last_seq}"
+        )
+    if epoch < diverted.epoch:
+        raise InvalidProducerEpochError(
+            f"producer {pid}: epoch {epoch} is older than the current {diverted.epoch}"
+        )
+    expected = 0 if epoch > diverted.epoch else last_sequence(diverted.batches[-1][1], 1)
+    if first_seq != expected:
+        raise OutOfOrderSequenceError(
+            f"producer {pid} epoch {epoch}: sequence {first_seq}, expected {expected}"
+        )
 
 
 def producer_state_file(

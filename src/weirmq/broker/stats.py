@@ -57,6 +57,30 @@ class ApiStats:
         self.latency = LatencyHistogram()
 
 
+DELAY_LATENESS_BUCKETS_S: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+)  # fmt: skip
+"""1 ms up: the goal is delivery within 100 ms of the due time, so resolution is there."""
+
+
+class DelayStats:
+    """Delayed delivery (`weirmq.broker.delays`): totals since start, and what is pending."""
+
+    __slots__ = ("delivered", "diverted", "dropped", "lateness", "pending")
+
+    def __init__(self) -> None:
+        self.diverted = 0
+        """Records produced with a future due time, written to the delayed log."""
+        self.pending = 0
+        """Records in the delayed log not yet delivered (counted from the index at start)."""
+        self.delivered = 0
+        """Records appended to their topics when due."""
+        self.dropped = 0
+        """Records whose topic (or partition) was deleted before they were due."""
+        self.lateness = LatencyHistogram(DELAY_LATENESS_BUCKETS_S)
+        """Seconds from each delivered record's due time to its append."""
+
+
 class BrokerStats:
     """All counters of one broker."""
 
@@ -68,6 +92,7 @@ class BrokerStats:
         """Accepted since start."""
         self.connections_closed_for_errors = 0
         """Closed because a frame could not be answered (bad header, body, version)."""
+        self.delays = DelayStats()
         self.request_latencies: dict[tuple[str, str], RequestLatency] = {}
         """By (protocol, kind of request): frame read to reply written. Kafka's kinds are
         API keys as text ("0" is Produce)."""

@@ -15,6 +15,11 @@ hand) and go to the log without being copied: only each batch's header is rebuil
 
 A produce request (v3+) carries exactly one batch per partition; Kafka refuses anything else
 with INVALID_RECORD, and so does `publish`.
+
+A batch holding a record due later (`weirmq.delay.ms`, `weirmq.deliver.at.ms`; see
+broker/delays.py) is written to the delayed log instead: it is answered with base offset -1
+(its records get offsets when they are delivered), once the delayed log is fsynced for
+acks=all. A malformed delay header refuses the batch with INVALID_RECORD and its message.
 """
 
 from __future__ import annotations
@@ -112,7 +117,9 @@ def _publish(
         outcome.log_append_time_ms = published.log_append_time_ms
         outcome.log_start_offset = published.log_start_offset
         if published.durable_offset is not None:
-            outcome.sync = (partition, published.durable_offset)
+            # A batch diverted to the delayed log is durable when that log is.
+            synced = published.durable_partition or partition
+            outcome.sync = (synced, published.durable_offset)
     except KafkaError as exc:
         outcome.error = exc.code
         if not exc.retriable:
