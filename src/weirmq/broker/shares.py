@@ -334,8 +334,15 @@ class ShareService(ShareListener):
                     ErrorCode.share_session_limit_reached,
                     f"{SESSIONS_MAX} share sessions are open on this broker",
                 )
+            groups = self._broker.groups
+            found_group = groups.groups.get(group_id)
+            if found_group is not None and groups.share_group(group_id) is None:
+                raise ShareSessionError(
+                    ErrorCode.inconsistent_group_protocol,
+                    f"group {group_id!r} is a {found_group.view().kind} group, not a share group",
+                )
             session = self._sessions[session_key] = ShareSession(group_id, member_id, 1)
-            self._broker.groups.ensure_share_group(group_id)
+            groups.ensure_share_group(group_id)
         else:
             found = self._sessions.get(session_key)
             if found is None and epoch == FINAL_EPOCH:

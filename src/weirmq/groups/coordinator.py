@@ -327,8 +327,10 @@ class GroupCoordinator:
         client_host: str,
         now_ms: int,
     ) -> kip932.ShareHeartbeatResult:
-        """ShareGroupHeartbeat; raises GroupError with the code to answer."""
+        """ShareGroupHeartbeat; raises GroupError with the code to answer. The request is
+        checked before the group is looked up (or created), as Kafka does."""
         self._check_ready(group_id)
+        kip932.check_request(member_id, member_epoch, subscribed_topic_names, rack_id)
         group = self.groups.get(group_id)
         if group is not None and not isinstance(group, kip932.ShareGroup):
             raise GroupError(

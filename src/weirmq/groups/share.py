@@ -340,7 +340,7 @@ class ShareGroup:
         """Join (epoch 0), heartbeat, or leave (epoch -1). `subscribed_topic_names` and
         `rack_id` are None when unchanged. Raises GroupError with the code to answer."""
         self._require(ShareGroupEvent.HEARTBEAT)
-        _check_request(member_id, member_epoch, subscribed_topic_names, rack_id)
+        check_request(member_id, member_epoch, subscribed_topic_names, rack_id)
         self._topics = dict(topics)
         if member_epoch == LEAVE_EPOCH:
             return self.leave(member_id)
@@ -570,7 +570,7 @@ def _share_with_idle(
 # -- helpers -----------------------------------------------------------------------------
 
 
-def _check_request(
+def check_request(
     member_id: str,
     member_epoch: int,
     subscribed_topic_names: tuple[str, ...] | None,
