@@ -98,6 +98,7 @@ class BrokerCollector(Collector):
         yield from self._groups()
         yield from self._exchanges()
         yield from self._delays()
+        yield from self._shares()
 
     def _broker(self) -> Iterator[Metric]:
         broker = self.broker
@@ -314,6 +315,60 @@ class BrokerCollector(Collector):
         )
         lateness.add_metric([], _buckets(stats.lateness.cumulative()), stats.lateness.sum)
         yield lateness
+
+    def _shares(self) -> Iterator[Metric]:
+        labels = ["group", "topic", "partition"]
+        gauges = {
+            name: GaugeMetricFamily(f"{PREFIX}_share_{name}_records", documentation, labels=labels)
+            for name, documentation in (
+                (
+                    "available",
+                    "Records a share group may be handed now or after their "
+                    "retry backoff, up to the high watermark.",
+                ),
+                ("acquired", "Records locked to a member of the share group."),
+                (
+                    "archived",
+                    "Archived records in the in-flight window (below it, every record is done).",
+                ),
+            )
+        }
+        oldest = GaugeMetricFamily(
+            f"{PREFIX}_share_oldest_unacknowledged_age_seconds",
+            "Age (from its timestamp) of the oldest record the share group has not "
+            "acknowledged or archived.",
+            labels=labels,
+        )
+        counters = {
+            name: CounterMetricFamily(
+                f"{PREFIX}_share_{name}_records", documentation, labels=labels
+            )
+            for name, documentation in (
+                ("delivered", "Records handed to members (a redelivery counts again)."),
+                ("accepted", "Records members accepted."),
+                ("released", "Records members released."),
+                ("rejected", "Records members rejected."),
+                (
+                    "dead_lettered",
+                    "Records archived by a reject or the delivery limit (copied "
+                    "to the dead-letter topic when the group has one).",
+                ),
+            )
+        }
+        now_ms = self.broker.clock()
+        for view in self.broker.shares.views():
+            values = [view.group_id, view.topic, str(view.partition)]
+            gauges["available"].add_metric(values, view.available)
+            gauges["acquired"].add_metric(values, view.acquired)
+            gauges["archived"].add_metric(values, view.archived)
+            if view.oldest_unacknowledged_ms is not None:
+                age = max(0, now_ms - view.oldest_unacknowledged_ms) / 1000
+                oldest.add_metric(values, age)
+            for name, family in counters.items():
+                family.add_metric(values, getattr(view.stats, name))
+        yield from gauges.values()
+        yield oldest
+        yield from counters.values()
 
 
 def _buckets(cumulative: list[tuple[float, int]]) -> list[tuple[str, float]]:

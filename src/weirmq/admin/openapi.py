@@ -303,6 +303,41 @@ _GROUP_PARTITION = _object(
     "A partition the group has committed an offset for or owns.",
 )
 
+_SHARE_PARTITION = _object(
+    {
+        "topic": _STRING,
+        "partition": _integer(0, INT32_MAX, "int32"),
+        "start_offset": {
+            **_integer(),
+            "description": "Every record below is acknowledged or archived.",
+        },
+        "end_offset": {**_integer(), "description": "The first offset never delivered."},
+        "high_watermark": _integer(),
+        "available": {
+            **_integer(),
+            "description": "Records that may be delivered now or after their retry backoff, "
+            "up to the high watermark.",
+        },
+        "acquired": {**_integer(), "description": "Records locked to a member."},
+        "acknowledged": {**_integer(), "description": "Accepted records in the window."},
+        "archived": {**_integer(), "description": "Archived records in the window."},
+        "oldest_unacknowledged_age_ms": {
+            **_NULLABLE_OFFSET,
+            "description": "Age, from its timestamp, of the record at the start offset; "
+            "null when there is none.",
+        },
+        "delivered": {**_integer(), "description": "Deliveries since the broker started."},
+        "accepted": _integer(),
+        "released": _integer(),
+        "rejected": _integer(),
+        "dead_lettered": {
+            **_integer(),
+            "description": "Records archived by a reject or the delivery limit.",
+        },
+    },
+    "A share group's delivery state on one partition (share groups only).",
+)
+
 _CREATE_TOPIC: Schema = {
     "type": "object",
     "properties": {
@@ -921,10 +956,12 @@ def _schemas() -> dict[str, Schema]:
                 **_GROUP_SUMMARY_PROPERTIES,
                 "members": {"type": "array", "items": _ref("GroupMember")},
                 "partitions": {"type": "array", "items": _ref("GroupPartition")},
+                "share_partitions": {"type": "array", "items": _ref("SharePartition")},
             }
         ),
         "GroupMember": _GROUP_MEMBER,
         "GroupPartition": _GROUP_PARTITION,
+        "SharePartition": _SHARE_PARTITION,
         "ExchangeSummary": _object(_EXCHANGE_SUMMARY_PROPERTIES),
         "ExchangeList": _object({"exchanges": {"type": "array", "items": _ref("ExchangeSummary")}}),
         "Exchange": _object(

@@ -29,6 +29,7 @@ from weirmq.broker.configs import ConfigSource
 from weirmq.broker.core import Broker
 from weirmq.broker.exchanges import ExchangeView
 from weirmq.broker.group_service import GroupView, MemberView
+from weirmq.broker.shares import SharePartitionView
 from weirmq.broker.topics import Topic
 from weirmq.settings import Settings
 
@@ -256,10 +257,37 @@ def group_detail(broker: Broker, view: GroupView) -> JsonObject:
         }
         for partition in broker.group_lag(view.group_id)
     ]
+    shared = broker.shares.views(view.group_id) if view.kind == "share" else []
     return {
         **group_summary(broker, view),
         "members": [member_document(member) for member in view.members],
         "partitions": partitions,
+        "share_partitions": [share_partition_document(broker, p) for p in shared],
+    }
+
+
+def share_partition_document(broker: Broker, view: SharePartitionView) -> JsonObject:
+    """One share-partition: its window, its records by state, and what happened to them
+    since the broker started."""
+    oldest = view.oldest_unacknowledged_ms
+    return {
+        "topic": view.topic,
+        "partition": view.partition,
+        "start_offset": view.start_offset,
+        "end_offset": view.end_offset,
+        "high_watermark": view.high_watermark,
+        "available": view.available,
+        "acquired": view.acquired,
+        "acknowledged": view.acknowledged,
+        "archived": view.archived,
+        "oldest_unacknowledged_age_ms": (
+            None if oldest is None else max(0, broker.clock() - oldest)
+        ),
+        "delivered": view.stats.delivered,
+        "accepted": view.stats.accepted,
+        "released": view.stats.released,
+        "rejected": view.stats.rejected,
+        "dead_lettered": view.stats.dead_lettered,
     }
 
 

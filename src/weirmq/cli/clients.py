@@ -304,3 +304,59 @@ def wait_for(future: Future[T], doing: str, bootstrap: Bootstrap, topic: str = "
             raise BrokerUnreachable(
                 f"{doing}: no answer from the broker at {bootstrap} within {REQUEST_TIMEOUT_S:g} s"
             ) from None
+
+
+# -- the admin API (what Kafka's protocol cannot do) --------------------------------------------
+
+ADMIN_URL = "http://127.0.0.1:9644"
+"""The broker's HTTP admin API (`weirmq serve`'s default admin_listen)."""
+ADMIN_TIMEOUT_S = 30.0
+
+
+def admin_url_option(why: str) -> Callable[[F], F]:
+    """``--admin-url`` (also WEIRMQ_ADMIN_URL), for a command that needs the admin API."""
+    return click.option(
+        "--admin-url",
+        default=ADMIN_URL,
+        show_default=True,
+        envvar="WEIRMQ_ADMIN_URL",
+        help=f"The broker's admin API ({why}).",
+    )
+
+
+def admin_request(
+    admin_url: str,
+    method: str,
+    path: str,
+    body: Mapping[str, Any] | None = None,
+    *,
+    timeout_s: float = ADMIN_TIMEOUT_S,
+) -> dict[str, Any]:
+    """One request to the admin API; the answer's JSON, or CommandError with the API's own
+    message and code (BrokerUnreachable when nothing answers)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        admin_url.rstrip("/") + path,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method=method,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
+    except urllib.error.HTTPError as exc:
+        try:
+            error = json.loads(exc.read())["error"]
+            message, code = error["message"], error["code"]
+        except (ValueError, KeyError, TypeError):
+            message, code = f"HTTP {exc.code}", None
+        raise CommandError(message, code) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BrokerUnreachable(
+            f"no admin API answered at {admin_url} ({reason}); set --admin-url"
+        ) from None

@@ -42,9 +42,10 @@ import click
 from weirmq.cli.clients import (
     REQUEST_TIMEOUT_S,
     Bootstrap,
-    BrokerUnreachable,
     CommandError,
     admin_client,
+    admin_request,
+    admin_url_option,
     bootstrap_option,
     client_command_settings,
     json_option,
@@ -804,8 +805,6 @@ def format_arguments(arguments: Mapping[str, object]) -> str:
 # -- delete ------------------------------------------------------------------------------------
 
 
-ADMIN_URL = "http://127.0.0.1:9644"
-"""Where `replay` finds the broker's admin API (`weirmq serve`'s default admin_listen)."""
 REPLAY_TIMEOUT_S = 600.0
 
 
@@ -842,37 +841,6 @@ def parse_timestamp_ms(text: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
-def post_admin(admin_url: str, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """POST `body` as JSON to the admin API; the answer's JSON, or CommandError with the
-    API's own message (BrokerUnreachable when nothing answers)."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(
-        admin_url.rstrip("/") + path,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=REPLAY_TIMEOUT_S) as response:
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except urllib.error.HTTPError as exc:
-        try:
-            error = json.loads(exc.read())["error"]
-            message, code = error["message"], error["code"]
-        except (ValueError, KeyError, TypeError):
-            message, code = f"HTTP {exc.code}", None
-        raise CommandError(message, code) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise BrokerUnreachable(
-            f"no admin API answered at {admin_url} ({reason}); set --admin-url"
-        ) from None
-
-
 @exchanges.command("replay", **client_command_settings())
 @click.argument("name")
 @click.argument("destination")
@@ -885,8 +853,7 @@ def post_admin(admin_url: str, path: str, body: Mapping[str, Any]) -> dict[str, 
 @click.option("--to-offset", "to_offsets", multiple=True, metavar="PARTITION=OFFSET",
               help="Stop before there in that partition (repeatable). Default: where routing "
                    "was when the binding was made, so it gets nothing twice.")  # fmt: skip
-@click.option("--admin-url", default=ADMIN_URL, show_default=True, envvar="WEIRMQ_ADMIN_URL",
-              help="The broker's admin API (replay is not a Kafka operation).")  # fmt: skip
+@admin_url_option("replay is not a Kafka operation")
 @json_option
 def replay_command(
     name: str,
@@ -923,7 +890,9 @@ def replay_command(
         offsets = parse_offsets(texts)
         if offsets is not None:
             body[field] = offsets
-    done = post_admin(admin_url, f"/api/v1/exchanges/{name}/replay", body)
+    done = admin_request(
+        admin_url, "POST", f"/api/v1/exchanges/{name}/replay", body, timeout_s=REPLAY_TIMEOUT_S
+    )
     if as_json:
         print_json(done)
         return

@@ -1,5 +1,5 @@
-"""``weirmq groups``: list, describe and delete consumer groups through the Kafka admin API
-(confluent-kafka's AdminClient), as kafka-consumer-groups.sh does.
+"""``weirmq groups``: list, describe, alter and delete groups through the Kafka admin API
+(confluent-kafka's AdminClient), as kafka-consumer-groups.sh and kafka-share-groups.sh do.
 
 Theory of operation: as in topics.py, each command first gathers what it reports into plain
 data (exactly the ``--json`` shape of docs/cli.md), then prints that data either as JSON or
@@ -11,6 +11,14 @@ groups) for the members and the partitions each owns, OffsetFetch for the commit
 offsets and ListOffsets for the log end offsets. The lag is computed here, log end offset
 minus committed offset, as Kafka's tool computes it. The offsets and the log ends are two
 requests, not one snapshot: on a busy partition the lag is a moment's estimate.
+
+Share groups (KIP-932) are the exception: librdkafka has no ShareGroupDescribe (its
+ListGroups asks for consumer and classic groups only, and DescribeGroups refuses a share
+group), so they are listed and described from the broker's admin API (``--admin-url``),
+which shows their delivery state per partition too. ``groups list`` includes them only
+when given ``--admin-url``: the default address could be another broker's. Group configs
+(``groups alter``, ``groups configs``) are Kafka's IncrementalAlterConfigs and
+DescribeConfigs on the GROUP resource.
 
 Broker errors become one line and exit code 1 (3 when no broker answers), as in every
 client command; an unknown group is "group 'x' does not exist".
@@ -28,6 +36,8 @@ from weirmq.cli.clients import (
     Bootstrap,
     CommandError,
     admin_client,
+    admin_request,
+    admin_url_option,
     bootstrap_option,
     client_command_settings,
     error_for,
@@ -46,6 +56,10 @@ T = TypeVar("T")
 TopicPartitionKey = tuple[str, int]
 
 GROUP_ID_NOT_FOUND = "GROUP_ID_NOT_FOUND"
+GROUP_CONFIG_SOURCE = 8
+SHARE_GROUP_REFUSAL = "(share)"
+"""How librdkafka's DescribeGroups refusal names a share group ("GroupId g is not a
+consumer group (share).")."""
 # What ListOffsets says of a partition deleted (with its topic) after the group committed
 # to it: its log end is then unknown, which is not an error of the command.
 GONE_PARTITION_ERRORS = frozenset(
@@ -73,9 +87,12 @@ def groups() -> None:
 
 @groups.command("list", **client_command_settings())
 @bootstrap_option
+@click.option("--admin-url", default=None, envvar="WEIRMQ_ADMIN_URL", metavar="URL",
+              help="The broker's admin API: share groups are listed only from it.")  # fmt: skip
 @json_option
-def list_command(bootstrap: Bootstrap, as_json: bool) -> None:
-    """List the consumer groups: type, state and number of members."""
+def list_command(bootstrap: Bootstrap, admin_url: str | None, as_json: bool) -> None:
+    """List the groups: type, state and number of members (share groups with
+    --admin-url)."""
     admin = admin_client(bootstrap)
     listings = sorted(_listings(admin, bootstrap), key=lambda listing: listing.group_id)
     members = _member_counts(admin, [listing.group_id for listing in listings], bootstrap)
@@ -89,6 +106,8 @@ def list_command(bootstrap: Bootstrap, as_json: bool) -> None:
         for listing in listings
         if listing.group_id in members
     ]
+    if admin_url is not None:
+        found = sorted(found + _share_groups(admin_url), key=lambda group: group["group"])
     if as_json:
         print_json({"groups": found})
     elif not found:
@@ -110,6 +129,21 @@ def _listings(admin: AdminClient, bootstrap: Bootstrap) -> list[Any]:
         error = first.args[0] if isinstance(first, KafkaException) else first
         raise error_for(error, doing, bootstrap)
     return list(result.valid)
+
+
+def _share_groups(admin_url: str) -> list[dict[str, Any]]:
+    """The share groups, from the admin API."""
+    listed = admin_request(admin_url, "GET", "/api/v1/groups")
+    return [
+        {
+            "group": group["group_id"],
+            "type": "share",
+            "state": group["state"],
+            "members": group["member_count"],
+        }
+        for group in listed["groups"]
+        if group["kind"] == "share"
+    ]
 
 
 def _member_counts(
@@ -138,15 +172,23 @@ def _member_counts(
 @groups.command("describe", **client_command_settings())
 @click.argument("group")
 @bootstrap_option
+@admin_url_option("share groups are described from it")
 @json_option
-def describe_command(group: str, bootstrap: Bootstrap, as_json: bool) -> None:
-    """Show consumer group GROUP: members, offsets and lag.
+def describe_command(group: str, bootstrap: Bootstrap, admin_url: str, as_json: bool) -> None:
+    """Show group GROUP: members, offsets and lag.
 
     One row per partition the group has committed an offset for or owns: the committed
-    offset, the log end offset, the lag and the member that owns it.
+    offset, the log end offset, the lag and the member that owns it. For a share group,
+    one row per partition it reads: its records by delivery state.
     """
     admin = admin_client(bootstrap)
-    description = _describe(admin, group, bootstrap)
+    try:
+        description = _describe(admin, group, bootstrap)
+    except CommandError as exc:
+        if SHARE_GROUP_REFUSAL not in str(exc):
+            raise
+        _describe_share(group, admin_url, as_json)
+        return
     members = [_member_to_json(member) for member in description.members]
     owners = {
         (tp["topic"], tp["partition"]): member["member_id"]
@@ -171,6 +213,94 @@ def describe_command(group: str, bootstrap: Bootstrap, as_json: bool) -> None:
         print_json(document)
     else:
         print_description(document)
+
+
+def _describe_share(group: str, admin_url: str, as_json: bool) -> None:
+    try:
+        found = admin_request(admin_url, "GET", f"/api/v1/groups/{_quoted(group)}")
+    except CommandError as exc:
+        if exc.error_name != GROUP_ID_NOT_FOUND:
+            raise
+        raise CommandError(
+            f"share group {group!r} is not known to the admin API at {admin_url}; "
+            "set --admin-url to the admin API of the broker at --bootstrap",
+            GROUP_ID_NOT_FOUND,
+        ) from None
+    if found.get("kind") != "share":
+        raise CommandError(
+            f"the admin API at {admin_url} knows {group!r} as a {found.get('kind')} group; "
+            "set --admin-url to the admin API of the broker at --bootstrap"
+        )
+    document = {
+        "group": group,
+        "type": "share",
+        "state": found["state"],
+        "members": [
+            {
+                "member_id": member["member_id"],
+                "client_id": member["client_id"],
+                "host": member["client_host"],
+                "assignment": member["assignment"],
+            }
+            for member in found["members"]
+        ],
+        "partitions": [dict(partition) for partition in found["share_partitions"]],
+    }
+    if as_json:
+        print_json(document)
+        return
+    members = document["members"]
+    count = len(members)
+    print_line(
+        f"Group {group} (share): {document['state']}, {count} member{'' if count == 1 else 's'}"
+    )
+    if document["partitions"]:
+        print_line("")
+        print_table(
+            [
+                Column("TOPIC"),
+                Column("PARTITION", "right"),
+                Column("START-OFFSET", "right"),
+                Column("LOG-END-OFFSET", "right"),
+                Column("AVAILABLE", "right"),
+                Column("ACQUIRED", "right"),
+                Column("DEAD-LETTERED", "right"),
+                Column("OLDEST-UNACKED-MS", "right"),
+            ],
+            [
+                (
+                    p["topic"],
+                    str(p["partition"]),
+                    str(p["start_offset"]),
+                    str(p["high_watermark"]),
+                    str(p["available"]),
+                    str(p["acquired"]),
+                    str(p["dead_lettered"]),
+                    _or_none(p["oldest_unacknowledged_age_ms"]),
+                )
+                for p in document["partitions"]
+            ],
+        )
+    if members:
+        print_line("")
+        print_table(
+            [Column("CONSUMER-ID"), Column("HOST"), Column("CLIENT-ID"), Column("ASSIGNMENT")],
+            [
+                (
+                    m["member_id"],
+                    m["host"],
+                    m["client_id"],
+                    ",".join(f"{a['topic']}-{a['partition']}" for a in m["assignment"]) or NONE,
+                )
+                for m in members
+            ],
+        )
+
+
+def _quoted(group: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.quote(group, safe="")
 
 
 def _describe(admin: AdminClient, group: str, bootstrap: Bootstrap) -> ConsumerGroupDescription:
@@ -334,6 +464,95 @@ def delete_command(group: str, bootstrap: Bootstrap, as_json: bool) -> None:
         print_json({"group": group, "deleted": True})
     else:
         print_line(f"Deleted group {group}.")
+
+
+# -- configs -----------------------------------------------------------------------------------
+
+
+@groups.command("alter", **client_command_settings())
+@click.argument("group")
+@click.option("--config", "configs", metavar="KEY=VALUE", multiple=True,
+              help="A group config, e.g. share.delivery.count.limit=3 (repeatable).")  # fmt: skip
+@click.option("--delete-config", "deleted", metavar="KEY", multiple=True,
+              help="Return a config to its default (repeatable).")  # fmt: skip
+@bootstrap_option
+@json_option
+def alter_command(
+    group: str, configs: tuple[str, ...], deleted: tuple[str, ...], bootstrap: Bootstrap,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Change the configs of group GROUP (it need not exist yet).
+
+    Configs change incrementally: the ones not named keep their values. See
+    docs/queues.md for the share group configs (lock duration, delivery limit, dead-letter
+    topic, ...).
+    """
+    from weirmq.cli.formats import parse_assignments
+    from weirmq.cli.kafka_admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    if not (configs or deleted):
+        raise click.UsageError("nothing to alter: give --config or --delete-config")
+    try:
+        wanted = dict(parse_assignments(configs, "--config"))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    entries = [
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        for key, value in wanted.items()
+    ] + [ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE) for key in deleted]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    admin = admin_client(bootstrap)
+    futures = admin.incremental_alter_configs([resource], request_timeout=REQUEST_TIMEOUT_S)
+    (future,) = futures.values()
+    wait_for(future, f"cannot alter the configs of group {group!r}", bootstrap, group)
+    if as_json:
+        print_json({"group": group, "set": wanted, "deleted": list(deleted)})
+        return
+    changes = [f"{key}={value}" for key, value in wanted.items()]
+    changes += [f"{key} back to its default" for key in deleted]
+    print_line(f"Altered group {group}: {', '.join(changes)}.")
+
+
+@groups.command("configs", **client_command_settings())
+@click.argument("group")
+@bootstrap_option
+@json_option
+def configs_command(group: str, bootstrap: Bootstrap, as_json: bool) -> None:
+    """Show the configs of group GROUP: each value and where it comes from."""
+    from weirmq.cli.kafka_admin import ConfigResource, ResourceType
+
+    resource = ConfigResource(ResourceType.GROUP, group)
+    admin = admin_client(bootstrap)
+    futures = admin.describe_configs([resource], request_timeout=REQUEST_TIMEOUT_S)
+    (future,) = futures.values()
+    found = wait_for(future, f"cannot describe the configs of group {group!r}", bootstrap, group)
+    entries = [
+        {"name": entry.name, "value": entry.value, "source": _source_name(entry.source)}
+        for entry in sorted(found.values(), key=lambda entry: entry.name)
+    ]
+    if as_json:
+        print_json({"group": group, "configs": entries})
+        return
+    print_table(
+        [Column("CONFIG"), Column("VALUE"), Column("SOURCE")],
+        [(e["name"], e["value"] if e["value"] is not None else NONE, e["source"]) for e in entries],
+    )
+
+
+def _source_name(source: Any) -> str:
+    """Where a value comes from, in `topics describe`'s words; ``group`` for the group's
+    own value (Kafka's GROUP_CONFIG, 8, for which librdkafka's enum has no name)."""
+    from weirmq.cli.kafka_admin import ConfigSource
+    from weirmq.cli.topics import CONFIG_SOURCES
+
+    number = int(getattr(source, "value", source))
+    if number == GROUP_CONFIG_SOURCE:
+        return "group"
+    try:
+        name = ConfigSource(number).name
+    except ValueError:
+        return str(number)
+    return CONFIG_SOURCES.get(name, name.lower())
 
 
 # -- shared ------------------------------------------------------------------------------------
