@@ -317,3 +317,26 @@ def test_group_deletion_removes_its_state_and_configs(node: Node, tid: uuid.UUID
     # The group may come back; it starts from the defaults (latest).
     node.produce(1)
     assert node.acquire(node.open("m1", tid)) == []
+
+
+# --- bounds -------------------------------------------------------------------------------------
+
+
+def test_share_sessions_are_bounded_and_idle_ones_make_room(
+    node: Node, tid: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shares_module, "SESSIONS_MAX", 2)
+    node.configure(share_session_timeout_ms="1000", share_heartbeat_interval_ms="100")
+    node.open("a", tid)
+    node.open("b", tid)
+    with pytest.raises(shares_module.ShareSessionError) as refused:
+        node.open("c", tid)
+    assert refused.value.code.name == "share_session_limit_reached"
+    node.timers.advance(500)
+    node.open("b", tid)  # reopened: b is in use again
+    node.timers.advance(600)  # a is idle past the session timeout, b is not
+    node.open("c", tid)
+    assert node.broker.shares.session("g", "b", 1, [], [], node.now).epoch == 2
+    with pytest.raises(shares_module.ShareSessionError) as gone:
+        node.broker.shares.session("g", "a", 1, [], [], node.now)
+    assert gone.value.code.name == "share_session_not_found"

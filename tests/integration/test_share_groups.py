@@ -15,6 +15,7 @@ as the value, so every check is on exact sets.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
@@ -500,3 +501,35 @@ def _all_records(broker: BrokerProcess, topic: str) -> list[Message]:
         return found
     finally:
         consumer.close()
+
+
+def test_delayed_records_reach_a_share_group_when_due_in_due_order(broker: BrokerProcess) -> None:
+    """Records produced with `weirmq.delay.ms` to a topic with delays on reach share group
+    members no earlier than due, in due order."""
+    admin = _admin(broker)
+    topic = NewTopic("later", 1, 1, config={"weirmq.delay.enable": "true"})
+    for future in admin.create_topics([topic]).values():
+        future.result(timeout=10)
+    with _share_consumer(broker, "delayed", "later") as consumer:
+        _wait_members(broker, "delayed", 1, [consumer])
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        delays_ms = {0: 1500, 1: 300, 2: 900, 3: 0}
+        sent_ms: dict[int, float] = {}
+        for seq, delay in delays_ms.items():
+            sent_ms[seq] = time.time() * 1000
+            producer.produce(
+                "later", value=str(seq).encode(), headers=[("weirmq.delay.ms", str(delay).encode())]
+            )
+        assert producer.flush(10) == 0
+        arrived: list[tuple[int, float]] = []
+        deadline = Deadline(20, "four delayed records")
+        while len(arrived) < 4:
+            messages = _poll(consumer, 0.1)
+            now_ms = time.time() * 1000
+            arrived += [(_seq(m), now_ms) for m in messages]
+            _accept_all(consumer, messages)
+            deadline.check(str(arrived))
+    assert [seq for seq, _ in arrived] == [3, 1, 2, 0]
+    for seq, at_ms in arrived:
+        # Never early: due = when the broker got it, which is after we sent it.
+        assert at_ms >= sent_ms[seq] + delays_ms[seq], (seq, at_ms - sent_ms[seq])

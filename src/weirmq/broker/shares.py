@@ -146,6 +146,7 @@ class ShareSession:
     """The epoch the next request must carry."""
     partitions: dict[SessionPartition, None] = field(default_factory=dict)
     """In the order they were added (an ordered set)."""
+    last_used_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -330,6 +331,8 @@ class ShareService(ShareListener):
         session_key = (group_id, member_id)
         if epoch == INITIAL_EPOCH:
             if session_key not in self._sessions and len(self._sessions) >= SESSIONS_MAX:
+                self._evict_idle_sessions(now_ms)
+            if session_key not in self._sessions and len(self._sessions) >= SESSIONS_MAX:
                 raise ShareSessionError(
                     ErrorCode.share_session_limit_reached,
                     f"{SESSIONS_MAX} share sessions are open on this broker",
@@ -371,7 +374,17 @@ class ShareService(ShareListener):
                     f"a share session names {SESSION_PARTITIONS_MAX} partitions at most",
                 )
             session.partitions[add] = None
+        session.last_used_ms = now_ms
         return session
+
+    def _evict_idle_sessions(self, now_ms: int) -> None:
+        """Forget sessions unused for longer than their group's session timeout: their
+        member has been removed from the group by now, or never joined it (Kafka's share
+        session cache evicts idle sessions the same way)."""
+        for key, session in list(self._sessions.items()):
+            timeout = self.configs.share_settings(session.group_id).session_timeout_ms
+            if now_ms - session.last_used_ms > timeout:
+                del self._sessions[key]
 
     def check_session(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
         """The session a ShareAcknowledge names (it cannot open one: epoch 0 is refused),
