@@ -634,8 +634,17 @@ def _settle(future: asyncio.Future[int], result: int | BaseException) -> None:
         future.set_result(result)
 
 
+class Wakeable(Protocol):
+    """Something readers wait on: a `Partition` (woken by appends), or any other source of
+    wakeups (a share group's, broker/shares.py)."""
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None: ...
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None: ...
+
+
 def wait_any(
-    partitions: Iterable[Partition], deadline_ms: int, timers: Timers, clock: Clock
+    partitions: Iterable[Wakeable], deadline_ms: int, timers: Timers, clock: Clock
 ) -> Awaitable[None] | None:
     """An awaitable that returns when one of `partitions` gets an append (or is woken),
     or at `deadline_ms` on the broker's clock; None when the deadline has passed."""

@@ -81,6 +81,7 @@ from ..records.batch import (
 from ..storage.errors import StorageError
 from ..types import Timer
 from .group_configs import GroupConfigs
+from .partition import Wakeable, wait_any
 from .scan import scan_batches
 from .timers import UNSCHEDULED
 
@@ -211,6 +212,28 @@ class _Entry:
         self.stats = ShareStats()
 
 
+class _Wakeup:
+    """A share group's waiting fetches (a `Wakeable`, as a partition is)."""
+
+    __slots__ = ("_waiters",)
+
+    def __init__(self) -> None:
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.append(waiter)
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+
+    def wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
 class ShareService(ShareListener):
     """See the module docstring."""
 
@@ -219,7 +242,8 @@ class ShareService(ShareListener):
         self.configs = configs
         self._states: dict[ShareKey, _Entry] = {}
         self._sessions: dict[tuple[str, str], ShareSession] = {}
-        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._wakeups: dict[str, _Wakeup] = {}
+        """Per group with waiting fetches: woken when records may be available again."""
         self._deadlines: list[tuple[int, ShareKey]] = []
         self._scheduled: dict[ShareKey, int] = {}
         self._timer: Timer | None = None
@@ -545,47 +569,27 @@ class ShareService(ShareListener):
         the group's state may have records available again, the broker closes, or the
         clock reaches `deadline_ms`; None when there is nothing to wait for."""
         broker = self._broker
-        if broker.closing or deadline_ms <= broker.clock():
+        if broker.closing:
             return None
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        partitions: list[Partition] = []
+        sources: list[Wakeable] = []
         for topic_id, index in session.partitions:
             topic = broker.topics.by_id(topic_id)
             found = None if topic is None else broker.partition(topic.name, index)
             if found is not None:
-                found.add_waiter(waiter)
-                partitions.append(found)
-        group_waiters = self._waiters.setdefault(group_id, [])
-        group_waiters.append(waiter)
-
-        def on_deadline() -> None:
-            if not waiter.done():
-                waiter.set_result(None)
-
-        timer = broker.timers.call_at(deadline_ms, on_deadline)
-
-        async def wait() -> None:
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                for partition in partitions:
-                    partition.remove_waiter(waiter)
-                if waiter in group_waiters:
-                    group_waiters.remove(waiter)
-                if not group_waiters and self._waiters.get(group_id) is group_waiters:
-                    del self._waiters[group_id]
-
-        return wait()
+                sources.append(found)
+        wakeup = self._wakeups.get(group_id)
+        if wakeup is None:
+            wakeup = self._wakeups[group_id] = _Wakeup()
+        sources.append(wakeup)
+        return wait_any(sources, deadline_ms, broker.timers, broker.clock)
 
     def _wake(self, group_id: str) -> None:
-        waiters = self._waiters.pop(group_id, None)
-        for waiter in waiters or ():
-            if not waiter.done():
-                waiter.set_result(None)
+        wakeup = self._wakeups.pop(group_id, None)
+        if wakeup is not None:
+            wakeup.wake()
 
     def wake_all(self) -> None:
-        for group_id in list(self._waiters):
+        for group_id in list(self._wakeups):
             self._wake(group_id)
 
     # --- after each step: dead letters, the state log, the timer ------------------------

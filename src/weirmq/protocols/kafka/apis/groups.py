@@ -593,20 +593,23 @@ def handle_consumer_group_describe(
         try:
             groups.append(_consumer_group_entry(broker.groups.describe_consumer_group(group_id)))
         except GroupError as exc:
-            groups.append(
-                {
-                    "error_code": exc.code,
-                    "error_message": str(exc),
-                    "group_id": group_id,
-                    "group_state": "",
-                    "group_epoch": -1,
-                    "assignment_epoch": -1,
-                    "assignor_name": "",
-                    "members": [],
-                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                }
-            )
+            groups.append(described_error(group_id, exc))
     return {"groups": groups}
+
+
+def described_error(group_id: str, exc: GroupError) -> dict[str, Any]:
+    """A group ConsumerGroupDescribe or ShareGroupDescribe could not describe."""
+    return {
+        "error_code": exc.code,
+        "error_message": str(exc),
+        "group_id": group_id,
+        "group_state": "",
+        "group_epoch": -1,
+        "assignment_epoch": -1,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
 
 
 def _consumer_group_entry(group: ConsumerGroupDescription) -> dict[str, Any]:
@@ -633,13 +636,13 @@ def _consumer_member(member: ConsumerMemberDescription) -> dict[str, Any]:
         "client_host": member.client_host,
         "subscribed_topic_names": list(member.subscribed_topic_names),
         "subscribed_topic_regex": member.subscribed_topic_regex,
-        "assignment": _assignment(member.assignment),
-        "target_assignment": _assignment(member.target_assignment),
+        "assignment": assignment_entry(member.assignment),
+        "target_assignment": assignment_entry(member.target_assignment),
         "member_type": MEMBER_TYPE_CONSUMER,
     }
 
 
-def _assignment(topics: tuple[AssignedTopic, ...]) -> dict[str, Any]:
+def assignment_entry(topics: tuple[AssignedTopic, ...]) -> dict[str, Any]:
     return {
         "topic_partitions": [
             {"topic_id": t.topic_id, "topic_name": t.topic, "partitions": list(t.partitions)}

@@ -53,6 +53,7 @@ from ..requests import (
     ShareGroupDescribeRequest,
     ShareGroupHeartbeatRequest,
 )
+from .groups import assignment_entry, described_error
 from .metadata import AUTHORIZED_OPERATIONS_OMITTED
 
 if TYPE_CHECKING:
@@ -124,19 +125,7 @@ def handle_share_group_describe(
         try:
             groups.append(_described(broker.groups.describe_share_group(group_id)))
         except GroupError as exc:
-            groups.append(
-                {
-                    "error_code": exc.code,
-                    "error_message": str(exc),
-                    "group_id": group_id,
-                    "group_state": "Dead",
-                    "group_epoch": -1,
-                    "assignment_epoch": -1,
-                    "assignor_name": "",
-                    "members": [],
-                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                }
-            )
+            groups.append(described_error(group_id, exc))
     return {"groups": groups}
 
 
@@ -162,12 +151,7 @@ def _member(member: ShareMemberDescription) -> dict[str, Any]:
         "client_id": member.client_id,
         "client_host": member.client_host,
         "subscribed_topic_names": list(member.subscribed_topic_names),
-        "assignment": {
-            "topic_partitions": [
-                {"topic_id": t.topic_id, "topic_name": t.topic, "partitions": list(t.partitions)}
-                for t in member.assignment
-            ]
-        },
+        "assignment": assignment_entry(member.assignment),
     }
 
 
