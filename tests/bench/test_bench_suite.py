@@ -19,7 +19,7 @@ from weirmq.testing import Broker
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WORKLOADS = ["startup", "idle", "produce", "consume", "requests", "latency", "partitions",
-             "stop", "routing", "rebalance", "delay"]
+             "stop", "routing", "rebalance", "delay", "share"]
 
 
 def bench(*args: str, cwd: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
@@ -99,6 +99,16 @@ def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
     assert plain["routed_per_s"] > 0 and [c["bindings"] for c in routed] == [10, 10_000]
     for case in routed:
         assert case["routed"] == case["messages"] > 0 and case["routed_per_s"] > 0
+    # Share group and classic group read the same topic, every record once; the share
+    # group's were all accepted (both checked by the workload), split over two members.
+    shared, classic = measured(document, "share")
+    for case in (shared, classic):
+        assert case["records"] == sum(case["per_member"]) > 0 and case["records_per_s"] > 0
+        assert len(case["per_member"]) == 2 and is_number(case["broker_cpu_us_per_record"])
+    assert shared["ShareFetch_requests"] > 0 and shared["ShareAcknowledge_requests"] > 0
+    assert classic["Fetch_requests"] > 0
+    assert shared["ratio_to_classic"] == pytest.approx(
+        shared["records_per_s"] / classic["records_per_s"])
     # Every target has its figure in a quick run except those of 10,000 partitions and of
     # 16 KB messages (and the broker's latency share, until the broker exports it).
     missing = [t["target"] for t in document["targets"] if t["measured"] is None]

@@ -333,3 +333,31 @@ def test_issue_19_targets_take_the_worst_delay_case() -> None:
     assert p99["measured"] == 120 and p99["met"] is False
     assert by_name["delayed records delivered early"]["met"] is True
     assert all(t["met"] is None for t in report.targets({}) if t["issue"] == 19)
+
+
+def test_issue_19_share_target_is_share_over_classic_records_per_s() -> None:
+    assert (report.SHARE_CASE, report.CLASSIC_CASE) == (workloads.SHARE_CASE,
+                                                        workloads.CLASSIC_CASE)
+    document = {"workloads": {"share": {"cases": [
+        {"name": report.SHARE_CASE, "records_per_s": 60_000, "broker_cpu_us_per_record": 16.5},
+        {"name": report.CLASSIC_CASE, "records_per_s": 400_000, "broker_cpu_us_per_record": 1.1},
+    ]}}}
+    by_name = {t["target"]: t for t in report.targets(document) if t["issue"] == 19}
+    ratio = by_name["share-group consume (explicit ack, 2 consumers) ÷ classic group, records/s"]
+    assert ratio["measured"] == pytest.approx(0.15) and ratio["met"] is False
+    assert ratio["goal"] == ">= 0.3"
+    share_cpu = by_name["share-group consume: broker CPU per record, µs"]
+    assert share_cpu["measured"] == 16.5 and share_cpu["met"] is None  # shown, not judged
+    assert by_name["classic-group consume: broker CPU per record, µs"]["measured"] == 1.1
+    # A failed share case is not measured, never met; nor is a run without the workload.
+    document["workloads"]["share"]["cases"][0] = {"name": report.SHARE_CASE,
+                                                  "error": "RuntimeError: boom"}
+    again = {t["target"]: t for t in report.targets(document) if t["issue"] == 19}
+    assert again[ratio["target"]]["measured"] is None and again[ratio["target"]]["met"] is None
+    assert all(t["measured"] is None for t in report.targets({}) if t["issue"] == 19)
+
+
+def test_share_records_fill_every_partition_alike() -> None:
+    for quick in (True, False):
+        assert workloads.share_records(quick) % workloads.SHARE_PARTITIONS == 0
+    assert workloads.share_records(True) < workloads.share_records(False)

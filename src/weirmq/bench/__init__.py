@@ -12,7 +12,9 @@ and (optionally) a PNG plot:
 - ``latency``: end to end, send to receipt, at fixed rates, and the broker's own share;
 - ``partitions``: one produce load over 1 to 10,000 partitions;
 - ``stop``: a clean stop (SIGTERM to exit) with 10,000 partitions of producer state;
-- ``rebalance``: consumer-group rebalance time.
+- ``rebalance``: consumer-group rebalance time;
+- ``delay``: delayed delivery's lateness from the due time;
+- ``share``: a share group reading with per-record acknowledgement, against a classic group.
 
 Theory of operation
 -------------------

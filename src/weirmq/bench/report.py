@@ -8,7 +8,8 @@ FILE``).
 The targets are issue 6's (the first version of the suite), issue 17's (the cost of a
 request: small batches, per-request overhead, many partitions, latency, start and stop),
 issue 18's (routing through an exchange against plain produce) and issue 19's (delayed
-delivery: lateness from the due time to a consumer, none early).
+delivery: lateness from the due time to a consumer, none early; share-group consume with
+per-record acknowledgement against a classic group's).
 Each is computed from the figures of one run, so a ratio always compares two measurements
 taken minutes apart on the same machine, never against a figure from another day. A target
 whose figures the run did not measure (a workload left out, a quick run) is "not
@@ -75,6 +76,9 @@ Row = tuple[str, float | None, str, Check]  # what, measured, goal, how to check
 # the two agree; this module reads documents and imports no workload).
 SMALL_BATCH_BYTES = 60_000
 STOP_TARGET = "clean stop with 10,000 partitions, s"
+# The `share` workload's cases: workloads.SHARE_CASE and CLASSIC_CASE (a test checks).
+SHARE_CASE = "share group, explicit ack x2"
+CLASSIC_CASE = "classic group x2"
 
 
 def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -217,15 +221,24 @@ def _issue_18(document: dict[str, Any]) -> list[Row]:
 
 
 def _issue_19(document: dict[str, Any]) -> list[Row]:
-    """Issue 19's delay target: the worst p99 lateness of the `delay` cases, and no record
-    early."""
+    """Issue 19's targets: the worst p99 lateness of the `delay` cases, and no record early;
+    a share group's consume with explicit acknowledgement against a classic group's, read
+    from one topic in the same run, and what each costs the broker per record."""
     measured = [c for c in cases(document, "delay") if "error" not in c]
     p99s = [c["lateness_p99_ms"] for c in measured if c.get("lateness_p99_ms") is not None]
     early = [c["early"] for c in measured if c.get("early") is not None]
+    shared, classic = find(document, "share", SHARE_CASE), find(document, "share", CLASSIC_CASE)
     return [("delay lateness p99 ms (worst case)", max(p99s) if p99s else None, "<= 100",
              _at_most(100)),
             ("delayed records delivered early", sum(early) if early else None, "0",
-             _at_most(0))]
+             _at_most(0)),
+            ("share-group consume (explicit ack, 2 consumers) ÷ classic group, records/s",
+             _ratio(_get(shared, "records_per_s"), _get(classic, "records_per_s")), ">= 0.3",
+             _at_least(0.3)),
+            ("share-group consume: broker CPU per record, µs",
+             _get(shared, "broker_cpu_us_per_record"), "shown", None),
+            ("classic-group consume: broker CPU per record, µs",
+             _get(classic, "broker_cpu_us_per_record"), "shown", None)]
 
 
 def _produce_case(document: dict[str, Any], value_bytes: int, acks: str,
@@ -299,6 +312,14 @@ COLUMNS: dict[str, Sequence[tuple[str, str, int]]] = {
               ("late p50 ms", "lateness_p50_ms", 0), ("p99 ms", "lateness_p99_ms", 0),
               ("p99.9 ms", "lateness_p999_ms", 0), ("max ms", "lateness_max_ms", 0),
               ("early", "early", 0)],
+    "share": [("records/s", "records_per_s", 0), ("MB/s", "mb_per_s", 1),
+              ("s", "seconds", 2), ("join s", "join_s", 2),
+              ("broker CPU µs/record", "broker_cpu_us_per_record", 1),
+              ("broker CPU %", "broker_cpu_percent", 0),
+              ("ShareFetch", "ShareFetch_requests", 0),
+              ("ShareAck", "ShareAcknowledge_requests", 0), ("Fetch", "Fetch_requests", 0),
+              ("client CPU %", "client_cpu_percent", 0), ("÷ classic", "ratio_to_classic", 2),
+              ("limit", "limit", 0)],
     "rebalance": [("runs", "runs", 0), ("join s med", "rebalance_s_median", 2),
                   ("max", "rebalance_s_max", 2),
                   ("new assigned s", "new_member_assigned_s_median", 2),

@@ -18,6 +18,14 @@ The protocol between parent and child is three steps, over one queue per run:
 
 `run_clients` drives that from the parent. Every wait has a limit.
 
+Group readers (`group_worker`): several members of one consumer group or share group read
+one topic together, so no member knows on its own when the whole is read. They add what
+they received to one shared counter (a ``multiprocessing.Value``) and stop when it reaches
+the total; each notes, on CLOCK_MONOTONIC, when it received its first record and when it
+was done, and the parent takes the span from the earliest first record to the latest
+finish. Joining the group (a classic group's initial rebalance delay, a share group's first
+heartbeats) happens before the first record and is reported apart.
+
 Latency: the producer writes ``time.monotonic_ns()`` into the first 8 bytes of each value
 just before ``produce()``; the consumer subtracts it from its own ``monotonic_ns()`` when
 ``poll()`` hands it the message. CLOCK_MONOTONIC is one clock for every process on a
@@ -253,6 +261,143 @@ def _read_stamped(consumer: Any, spec: ConsumeSpec, go_ns: int) -> dict[str, Any
         "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "p999_ms": p999, "max_ms": worst,
         "mean_ms": (sum(latencies) / len(latencies) / 1e6) if latencies else 0.0,
     }
+
+
+@dataclass(frozen=True)
+class GroupReadSpec:
+    """One member of a group reading `expected` records of `topic` with the other members.
+
+    `counter` is a shared ``multiprocessing.Value("q")``: the records all members have
+    received so far. With `share`, a `ShareConsumer` in explicit acknowledgement mode that
+    accepts every record (`acknowledge(ACCEPT)`) and commits the acknowledgements of each
+    poll (`commit_async`); otherwise a classic `Consumer` subscribed to the topic.
+    """
+
+    bootstrap: str
+    topic: str
+    group: str
+    expected: int
+    timeout_s: float
+    counter: Any
+    share: bool
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def group_worker(name: str, spec: GroupReadSpec, reports: Any, go: Any) -> None:
+    _reporting_errors(_group_read, name, spec, reports, go)
+
+
+def _group_read(name: str, spec: GroupReadSpec, reports: Any, go: Any) -> None:
+    # A group member has no connection before it subscribes, and subscribing joins the
+    # group (and, on a share group, acquires records): all of that comes after `go`, and
+    # the figures count from the first record on.
+    reports.put(("ready", name))
+    if not go.wait(READY_TIMEOUT_S * 2):
+        raise TimeoutError("never told to go")
+    cpu_start, go_ns = _cpu_s(), time.monotonic_ns()
+    figures = _read_shared(spec) if spec.share else _read_classic(spec)
+    figures["go_ns"] = go_ns
+    figures["client_cpu_s"] = _cpu_s() - cpu_start
+    reports.put(("result", name, figures))
+
+
+def _add(counter: Any, received: int) -> int:
+    with counter.get_lock():
+        counter.value += received
+        return int(counter.value)
+
+
+def _read_classic(spec: GroupReadSpec) -> dict[str, Any]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": spec.bootstrap, "group.id": spec.group,
+                         "auto.offset.reset": "earliest", **spec.config})
+    consumer.subscribe([spec.topic])
+    by_partition: dict[int | None, int] = {}  # a record always has its partition
+    received = errors = 0
+    first_ns = None
+    total = 0
+    deadline = time.monotonic() + spec.timeout_s
+    while total < spec.expected and time.monotonic() < deadline:
+        got = 0
+        for msg in consumer.consume(10_000, 0.1):
+            if msg.error() is not None:
+                errors += 1
+                continue
+            got += 1
+            partition = msg.partition()
+            by_partition[partition] = by_partition.get(partition, 0) + 1
+        if got:
+            first_ns = first_ns or time.monotonic_ns()
+            received += got
+            total = _add(spec.counter, got)
+        else:
+            total = int(spec.counter.value)
+    done_ns = time.monotonic_ns()
+    consumer.close()
+    return {"received": received, "errors": errors, "by_partition": by_partition,
+            "first_ns": first_ns, "done_ns": done_ns}
+
+
+def _read_shared(spec: GroupReadSpec) -> dict[str, Any]:
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    consumer = ShareConsumer({"bootstrap.servers": spec.bootstrap, "group.id": spec.group,
+                              "share.acknowledgement.mode": "explicit", **spec.config})
+    accepted = ack_errors = 0
+    first_ack_error: list[str] = []
+
+    def on_commit(offsets: dict[Any, set[int]], error: Any) -> None:
+        nonlocal accepted, ack_errors
+        count = sum(len(o) for o in offsets.values())
+        if error is None:
+            accepted += count
+            return
+        ack_errors += count or 1
+        if not first_ack_error:
+            first_ack_error.append(str(error))
+
+    consumer.set_acknowledgement_commit_callback(on_commit)
+    consumer.subscribe([spec.topic])
+    acknowledge, accept = consumer.acknowledge, AcknowledgeType.ACCEPT
+    by_partition: dict[int | None, int] = {}  # a record always has its partition
+    received = errors = redelivered = 0
+    first_ns = None
+    total = 0
+    deadline = time.monotonic() + spec.timeout_s
+    while total < spec.expected and time.monotonic() < deadline:
+        got = 0
+        for msg in consumer.poll(0.1):
+            if msg.error() is not None:
+                errors += 1
+                continue
+            acknowledge(msg, accept)
+            got += 1
+            partition = msg.partition()
+            by_partition[partition] = by_partition.get(partition, 0) + 1
+            if msg.delivery_count() != 1:
+                redelivered += 1
+        if got:
+            first_ns = first_ns or time.monotonic_ns()
+            received += got
+            consumer.commit_async()
+            total = _add(spec.counter, got)
+        else:
+            total = int(spec.counter.value)
+    # Done once the broker has answered every acknowledgement. commit_sync sends what is
+    # pending but may return before an earlier commit_async is answered; calling it again
+    # serves those answers' callbacks. Closing earlier would leave the group (which ends
+    # the share session) while an acknowledgement is still on its way.
+    while accepted + ack_errors < received and time.monotonic() < deadline:
+        consumer.commit_sync(1)
+        if accepted + ack_errors < received:
+            time.sleep(0.001)
+    done_ns = time.monotonic_ns()
+    consumer.close()
+    return {"received": received, "errors": errors, "by_partition": by_partition,
+            "redelivered": redelivered, "accepted": accepted, "ack_errors": ack_errors,
+            "first_ack_error": first_ack_error[0] if first_ack_error else None,
+            "first_ns": first_ns, "done_ns": done_ns}
 
 
 # --- The parent's side ---------------------------------------------------------------------

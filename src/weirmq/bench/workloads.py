@@ -51,9 +51,12 @@ from weirmq.bench.target import (
     process_rss_bytes,
 )
 from weirmq.bench.workers import (
+    CTX,
     ConsumeSpec,
+    GroupReadSpec,
     ProduceSpec,
     consume_worker,
+    group_worker,
     percentiles,
     produce_worker,
     run_clients,
@@ -867,6 +870,138 @@ def delay(run: Run) -> dict[str, Any]:
     }
 
 
+SHARE_PARTITIONS = 4
+SHARE_MEMBERS = 2
+SHARE_CASE = f"share group, explicit ack x{SHARE_MEMBERS}"  # report.py's names, too
+CLASSIC_CASE = f"classic group x{SHARE_MEMBERS}"
+
+
+def share_records(quick: bool) -> int:
+    """Records of 1 KB in the topic both groups read (a multiple of `SHARE_PARTITIONS`)."""
+    return 20_000 if quick else 200_000
+
+
+def _set_group_configs(target: Target, group: str, configs: dict[str, str]) -> None:
+    """Group configs, as a Kafka user sets them: IncrementalAlterConfigs on the GROUP."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})  # alive until answered
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in configs.items()]
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource], request_timeout=60).values():
+        future.result()
+
+
+def _check_group_read(results: list[dict[str, Any]], records: int, share: bool) -> None:
+    """Every record read exactly once, split over the members; on a share group, accepted."""
+    by_partition: dict[int, int] = {}
+    for r in results:
+        for partition, count in r["by_partition"].items():
+            by_partition[partition] = by_partition.get(partition, 0) + count
+    per_partition = records // SHARE_PARTITIONS
+    wanted = dict.fromkeys(range(SHARE_PARTITIONS), per_partition)
+    errors = sum(r["errors"] for r in results)
+    if by_partition != wanted or errors:
+        raise RuntimeError(f"read {dict(sorted(by_partition.items()))} records by partition "
+                           f"({errors} errors); wanted {per_partition} of each")
+    if not share:
+        return
+    redelivered = sum(r["redelivered"] for r in results)
+    accepted = sum(r["accepted"] for r in results)
+    ack_errors = sum(r["ack_errors"] for r in results)
+    if redelivered or ack_errors or accepted != records:
+        first = next((r["first_ack_error"] for r in results if r["first_ack_error"]), None)
+        raise RuntimeError(f"{accepted} of {records} accepted, {ack_errors} acknowledgements "
+                           f"failed (first: {first}), {redelivered} delivered again")
+
+
+def measure_group_read(run: Run, target: Target, topic: str, group: str, records: int,
+                       share: bool, config: dict[str, Any]) -> dict[str, Any]:
+    """`SHARE_MEMBERS` processes of one group (share or classic) read all of `topic`.
+
+    records/s is over the span from the first record any member received to the last
+    member done (on a share group: its last acknowledgements committed), so joining the
+    group is left out and shown as `join_s`. Broker CPU is the window's, which also holds
+    the join (a few heartbeats, next to nothing); CPU % and CPU per record are over the span.
+    """
+    counter = CTX.Value("q", 0)
+    spec = GroupReadSpec(target.bootstrap, topic, group, records, 300.0, counter, share,
+                         config)
+    window = target.window(metrics=True)
+    results = run_clients([(group_worker, spec) for _ in range(SHARE_MEMBERS)], window,
+                          timeout_s=360, check_alive=target.check_alive)
+    _check_group_read(results, records, share)
+    start_ns = min(r["first_ns"] for r in results if r["first_ns"] is not None)
+    seconds = (max(r["done_ns"] for r in results) - start_ns) / 1e9
+    broker = window.figures()
+    clients = [100 * r["client_cpu_s"] / ((r["done_ns"] - r["go_ns"]) / 1e9) for r in results]
+    cpu_percent = _percent(window.cpu_s, seconds)
+    apis = ("ShareFetch", "ShareAcknowledge") if share else ("Fetch", "OffsetCommit")
+    requests = {f"{api}_requests": window.requests(api) for api in apis}
+    return {
+        "records": records, "seconds": seconds, "records_per_s": records / seconds,
+        "mb_per_s": records * KB / 1e6 / seconds,
+        "join_s": (start_ns - min(r["go_ns"] for r in results)) / 1e9,
+        "per_member": [r["received"] for r in results],
+        **broker, "broker_cpu_percent": cpu_percent,
+        "broker_cpu_us_per_record": None if window.cpu_s is None
+        else window.cpu_s * 1e6 / records,
+        **requests,
+        "client_cpu_percent": clients,
+        "limit": limit(cpu_percent, clients, run.cores),
+    }
+
+
+def share(run: Run) -> dict[str, Any]:
+    """Issue 19: a share group's consume with explicit per-record acknowledgement against a
+    classic consumer group's, both reading one pre-filled topic from its start."""
+    records = share_records(run.quick)
+    share_configs = {"share.auto.offset.reset": "earliest"}
+
+    def body() -> list[dict[str, Any]]:
+        with run.broker() as target:
+            topic, _ = create_topic(target, SHARE_PARTITIONS, "share")
+            produced = measure_produce(run, target, topic, KB, 1, 600.0, {},
+                                       max_messages=records,
+                                       round_robin_partitions=SHARE_PARTITIONS)
+            if produced["messages"] != records:
+                raise RuntimeError(f"delivered {produced['messages']} of {records} records")
+            # Before the group first reads the topic, or it starts at the log end.
+            suffix = uuid.uuid4().hex[:8]
+            _set_group_configs(target, f"bench-share-{suffix}", share_configs)
+            try:
+                shared = measure_group_read(run, target, topic, f"bench-share-{suffix}",
+                                            records, True, {})
+            except RuntimeError as exc:  # the classic group is still measured
+                shared = {"error": f"{type(exc).__name__}: {exc}"}
+                run.log(f"  {SHARE_CASE}: FAILED: {shared['error']}")
+            classic = measure_group_read(run, target, topic, f"bench-classic-{suffix}",
+                                         records, False, CATCH_UP_CONFIG)
+            delete_topic(target, topic)
+        if "error" not in shared:
+            shared["ratio_to_classic"] = shared["records_per_s"] / classic["records_per_s"]
+        return [shared, classic]
+
+    return {
+        "description": f"{records:,} records of 1 KB in a topic of {SHARE_PARTITIONS} "
+                       f"partitions, read from the start by {SHARE_MEMBERS} processes of a "
+                       "share group (ShareConsumer, explicit mode: acknowledge(ACCEPT) for "
+                       "every record, commit_async after each poll), then of a classic "
+                       "group (Consumer.subscribe, librdkafka defaults but "
+                       "fetch.queue.backoff.ms=1); records/s from the first record to the "
+                       "last member done, joining the group left out ('join s')",
+        "params": {"records": records, "value_bytes": KB, "partitions": SHARE_PARTITIONS,
+                   "members": SHARE_MEMBERS, "share_group_configs": share_configs,
+                   "classic_consumer_config": CATCH_UP_CONFIG},
+        "cases": _cases(run, [SHARE_CASE, CLASSIC_CASE], body),
+    }
+
+
 WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "startup": startup,
     "idle": idle,
@@ -879,4 +1014,5 @@ WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "routing": routing,
     "rebalance": rebalances,
     "delay": delay,
+    "share": share,
 }
