@@ -533,3 +533,32 @@ def test_delayed_records_reach_a_share_group_when_due_in_due_order(broker: Broke
     for seq, at_ms in arrived:
         # Never early: due = when the broker got it, which is after we sent it.
         assert at_ms >= sent_ms[seq] + delays_ms[seq], (seq, at_ms - sent_ms[seq])
+
+
+def test_implicit_mode_accepts_a_polls_records_on_the_next_poll(broker: BrokerProcess) -> None:
+    """`share.acknowledgement.mode=implicit` (librdkafka's default): the records of a poll
+    are accepted by the next poll; none comes back, even to another member later."""
+    admin = _admin(broker)
+    _create_topic(admin, "implicit", 1)
+    _set_group_configs(admin, "implicit", **{"weirmq.share.retry.backoff.ms": "0"})
+    with _share_consumer(
+        broker, "implicit", "implicit", **{"share.acknowledgement.mode": "implicit"}
+    ) as consumer:
+        _wait_members(broker, "implicit", 1, [consumer])
+        _produce(broker, "implicit", range(30))
+        got: list[int] = []
+        deadline = Deadline(20, "30 records in implicit mode")
+        while len(got) < 30:
+            got += [_seq(m) for m in _poll(consumer)]
+            deadline.check(f"{len(got)}")
+        assert sorted(got) == list(range(30))
+        assert not _poll(consumer, 1.0)  # this poll accepts the last ones
+        (partition,) = _group(broker, "implicit")["share_partitions"]
+        deadline = Deadline(10, "every record accepted")
+        while partition["start_offset"] < 30:
+            deadline.check(str(partition))
+            assert not _poll(consumer, 0.2)
+            (partition,) = _group(broker, "implicit")["share_partitions"]
+        assert partition["accepted"] == 30 and partition["acquired"] == 0
+    with _share_consumer(broker, "implicit", "implicit") as later:
+        assert not _poll(later, 2.0), "an implicitly accepted record came back"
