@@ -1,0 +1,131 @@
+"""The flow controller: one decision per request from every guarded resource and quota.
+
+Guarded resources are `watermarks.Gauge`s, named: the broker's memory held by requests in
+flight ("memory"), free disk per data directory ("disk"), each opted-in topic's backlog
+("backlog:TOPIC"). The broker measures each level and `update`s it; the controller keeps
+no clock and measures nothing itself.
+
+A request asks `decide(ctx, kind, size_bytes, now_ms, topics)`:
+
+- every quota of the client (`quotas.QuotaTable`: produce and fetch bytes, requests) is
+  charged, and asks a throttle (Kafka's formula);
+- a publish (kind PRODUCE) also feels the pressure of the memory gauge, the disk gauge and
+  the backlog gauges of the topics it writes: the highest ratio r gives a throttle of
+  r * `PRESSURE_THROTTLE_MS_MAX`, so producers slow down smoothly as a resource fills;
+- a publish to a blocked resource must wait: the decision names the blocked gauges
+  (`wait_for`), and the adapter waits until they unblock (or refuses the publish with
+  its protocol's retriable error when that would outlast the request's timeout).
+
+Reads, group traffic and admin requests are never blocked by pressure (consumers are what
+drains a backlog); only quotas throttle them.
+
+The decision's throttle is the largest asked; Kafka sends it as `throttle_time_ms` and
+holds the response back by it (KIP-219), AMQP will turn it into Connection.Blocked and
+Unblocked, SQS into its throttling error.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..types import RequestContext
+from .quotas import QuotaTable
+from .watermarks import Gauge, Pressure, Watermarks
+
+PRESSURE_THROTTLE_MS_MAX: Final = 1_000
+"""The throttle of a resource just below its high mark: long enough to slow a producer
+several-fold, short enough that it notices an improvement within a second."""
+
+
+class Kind(enum.Enum):
+    PRODUCE = "produce"
+    FETCH = "fetch"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    throttle_ms: int = 0
+    wait_for: frozenset[str] = field(default_factory=frozenset)
+    """Blocked gauges a publish must wait for (empty: go ahead)."""
+    reason: str | None = None
+    """The gauge or quota that asked the throttle, for logs and metrics."""
+
+
+ADMIT: Final = Decision()
+
+
+class FlowController:
+    """See the module docstring."""
+
+    def __init__(self, quotas: QuotaTable | None = None) -> None:
+        self.quotas = quotas or QuotaTable()
+        self.gauges: dict[str, Gauge] = {}
+        self.throttled_requests = 0
+        self.throttle_ms_total = 0
+
+    # --- the resources ------------------------------------------------------------------
+
+    def guard(self, name: str, marks: Watermarks) -> Gauge:
+        """Guard a resource (or give an existing one new marks)."""
+        gauge = self.gauges.get(name)
+        if gauge is None:
+            gauge = self.gauges[name] = Gauge(name, marks)
+        else:
+            gauge.marks = marks
+        return gauge
+
+    def unguard(self, name: str) -> None:
+        self.gauges.pop(name, None)
+
+    def update(self, name: str, level: int) -> Pressure:
+        """A resource's new level; its state after it."""
+        return self.gauges[name].update(level)
+
+    def blocked(self, names: Iterable[str]) -> frozenset[str]:
+        return frozenset(
+            n for n in names if (g := self.gauges.get(n)) and g.state is Pressure.BLOCKED
+        )
+
+    # --- deciding -----------------------------------------------------------------------
+
+    def decide(
+        self,
+        ctx: RequestContext,
+        kind: Kind,
+        size_bytes: int,
+        now_ms: int,
+        topics: Iterable[str] = (),
+    ) -> Decision:
+        throttle, reason = 0, None
+        charges: list[tuple[str, float]] = [("request", 1.0)]
+        if kind is Kind.PRODUCE:
+            charges.append(("produce_bytes", float(size_bytes)))
+        elif kind is Kind.FETCH:
+            charges.append(("fetch_bytes", float(size_bytes)))
+        for quota_kind, amount in charges:
+            asked = self.quotas.record(ctx.client_id, quota_kind, amount, now_ms)
+            if asked > throttle:
+                throttle, reason = asked, f"quota {quota_kind}"
+        wait_for: frozenset[str] = frozenset()
+        if kind is Kind.PRODUCE:
+            names = ["memory", "disk", *(f"backlog:{t}" for t in topics)]
+            pressed = [g for n in names if (g := self.gauges.get(n)) is not None]
+            for gauge in pressed:
+                asked = int(gauge.ratio * PRESSURE_THROTTLE_MS_MAX)
+                if asked > throttle:
+                    throttle, reason = asked, gauge.name
+            wait_for = frozenset(g.name for g in pressed if g.state is Pressure.BLOCKED)
+        if throttle:
+            self.throttled_requests += 1
+            self.throttle_ms_total += throttle
+        if not throttle and not wait_for:
+            return ADMIT
+        return Decision(throttle, wait_for, reason)
+
+    def ratios(self) -> Mapping[str, float]:
+        """Each guarded resource's throttle ratio, for metrics."""
+        return {name: gauge.ratio for name, gauge in sorted(self.gauges.items())}
