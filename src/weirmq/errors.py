@@ -16,6 +16,7 @@ adapter left out):
     KafkaError                          errors                unknown_server_error
         CorruptPayloadError             records.compression   corrupt_message
         GroupError                      groups.errors         (the code it is raised with)
+        InternalTopicError              broker.topics         invalid_request
         InvalidConfigError              broker.configs        invalid_config
         InvalidDelayError               broker.delays         invalid_record
         InvalidPartitionsError          broker.topics         invalid_partitions

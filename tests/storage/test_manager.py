@@ -305,8 +305,9 @@ def test_close_fsyncs_only_what_is_not_yet_durable(
     idle.flush()  # its new directory: nothing left to make durable
     fsyncs = record_fsyncs(monkeypatch)
     manager.close()
-    # One small segment each: no index entries, so no index files either (see below).
-    assert fsyncs == [written.segments[-1].log_path, str(written.directory)]
+    # One small segment each: no index entries, so no index files either (see below);
+    # `written` was never flushed, so its new directory is fsynced into the data dir too.
+    assert fsyncs == [written.segments[-1].log_path, str(written.directory), str(tmp_path)]
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
 
 

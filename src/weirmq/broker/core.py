@@ -42,7 +42,7 @@ from ..groups.coordinator import CoordinatorSettings, GroupCoordinator
 from ..groups.views import GroupView, PartitionLag
 from ..settings import Settings
 from ..storage.config import LogConfig
-from ..storage.errors import OffsetOutOfRangeError
+from ..storage.errors import OffsetOutOfRangeError, storage_error
 from ..storage.lock import DataDirLock
 from ..storage.log import FileLog
 from ..storage.manager import LogManager, StorageSettings
@@ -72,6 +72,7 @@ from .shares import SHARE_STATE_TOPIC, ShareService
 from .stats import BrokerStats
 from .timers import LoopTimers
 from .topics import (
+    InternalTopicError,
     InvalidPartitionsError,
     InvalidTopicError,
     ProducerIdAllocator,
@@ -185,7 +186,8 @@ class Broker:
         if found is not None:
             return found
         check_topic_name(name)
-        if not (auto_create and self.settings.auto_create_topics):
+        # The broker makes its internal topics itself, with the configs they need.
+        if name in INTERNAL_TOPICS or not (auto_create and self.settings.auto_create_topics):
             raise UnknownTopicError(f"unknown topic {name!r}")
         return self.create_topic(name, self.settings.default_partitions)
 
@@ -214,10 +216,9 @@ class Broker:
             exchange_of(name, overrides)  # refuses what the router would
         if validate_only:
             return Topic(name, uuid.UUID(int=0), partitions, overrides)
-        created = self.topics.create(name, partitions, overrides)
+        created = self.topics.create(name, partitions, overrides)  # KAFKA_STORAGE_ERROR
+        self._add_partitions(created, range(partitions))
         self._apply_configs(created)
-        for partition in range(partitions):
-            self._add_partition(name, partition, overrides)
         self.exchanges.topic_created(created)
         if bindings:
             try:
@@ -227,6 +228,30 @@ class Broker:
                 raise
         log.info("created topic %r with %d partition(s)", name, partitions)
         return created
+
+    def _add_partitions(self, topic: Topic, indexes: range) -> None:
+        """Open (or create) the logs of `indexes` of a topic that topics.json now holds.
+
+        All or nothing: when a log cannot be made (a full disk), the ones made are removed
+        and the topic is forgotten (a new topic) or shrunk back (CreatePartitions), so the
+        broker never knows a topic whose logs do not exist, and a later try (the next
+        offset commit creating `__consumer_offsets`) starts afresh."""
+        try:
+            for index in indexes:
+                self._add_partition(topic.name, index, topic.configs)
+        except KafkaError as exc:
+            log.error("topic %r: partitions not created: %s", topic.name, exc)
+            for index in indexes:
+                if self.partitions.pop(TopicPartition(topic.name, index), None) is not None:
+                    try:
+                        self.logs.delete(topic.name, index)
+                    except KafkaError as undo:
+                        log.error("cannot remove %s-%d: %s", topic.name, index, undo)
+            if indexes.start == 0:
+                self.topics.forget(topic.name)
+            else:
+                self.topics.shrink(topic.name, indexes.start)
+            raise
 
     def _add_partition(
         self, name: str, index: int, overrides: Mapping[str, str] | None = None
@@ -263,12 +288,17 @@ class Broker:
         topic = self.known_topic(name)
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{name} is an internal topic and cannot be deleted")
-        for index in range(topic.partitions):
-            self.logs.delete(name, index)
-            gone = self.partitions.pop(TopicPartition(name, index), None)
-            if gone is not None:
-                gone.wake()  # waiting fetches answer UNKNOWN_TOPIC_OR_PARTITION now
-        self.topics.delete(name)
+
+        def drop_partitions() -> None:
+            for index in range(topic.partitions):
+                self.logs.delete(name, index)
+                gone = self.partitions.pop(TopicPartition(name, index), None)
+                if gone is not None:
+                    gone.wake()  # waiting fetches answer UNKNOWN_TOPIC_OR_PARTITION now
+
+        # The new topics.json is written first and put in place after the partitions are
+        # gone: a full disk refuses the deletion (KAFKA_STORAGE_ERROR) before any is.
+        self.topics.delete(name, before_commit=drop_partitions)
         self.exchanges.topic_deleted(name)
         self.shares.topic_deleted(topic.topic_id)
         try:
@@ -281,6 +311,7 @@ class Broker:
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> Topic:
         """Grow the topic to `total` partitions (Kafka never shrinks a topic)."""
         topic = self.known_topic(name)
+        _refuse_internal(name, "have its partitions changed")
         if total <= topic.partitions:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {topic.partitions} partition(s); the new count must be "
@@ -290,8 +321,7 @@ class Broker:
         if validate_only:
             return Topic(name, topic.topic_id, total, topic.configs)
         grown = self.topics.set_partitions(name, total)
-        for partition in range(topic.partitions, total):
-            self._add_partition(name, partition, topic.configs)
+        self._add_partitions(grown, range(topic.partitions, total))
         self.exchanges.partitions_added(grown)
         log.info("topic %r grown to %d partitions", name, total)
         return grown
@@ -326,6 +356,7 @@ class Broker:
         (`weirmq.exchange.bindings`) change through the bindings log, the rest as configs;
         every change is checked before any is made."""
         topic = self.known_topic(name)
+        _refuse_internal(name, "have its configs altered")
         binding_ops = [(op, value) for key, op, value in ops if key == BINDINGS_CONFIG]
         ops = [entry for entry in ops if entry[0] != BINDINGS_CONFIG]
         overrides = configs.apply_ops(self.settings, topic.configs, ops)
@@ -340,6 +371,7 @@ class Broker:
     ) -> Topic:
         """Make `new` the topic's whole set of overrides (legacy AlterConfigs)."""
         topic = self.known_topic(name)
+        _refuse_internal(name, "have its configs altered")
         wanted = dict(new)
         bindings = wanted.pop(BINDINGS_CONFIG, None)
         overrides = configs.check_overrides(self.settings, wanted)
@@ -391,12 +423,17 @@ class Broker:
         found = self.partition(name, partition)
         if found is None:
             raise UnknownTopicError(f"unknown topic or partition {name}-{partition}")
+        if name in INTERNAL_TOPICS:  # Kafka's answer: INVALID_TOPIC_EXCEPTION
+            raise InvalidTopicError(f"cannot delete records of internal topic {name}")
         if offset == -1:
             offset = found.high_watermark
         if offset < 0:
             raise OffsetOutOfRangeError(f"cannot delete records below offset {offset}")
         low_watermark = found.log.advance_log_start(offset)
-        self.logs.write_checkpoints()
+        try:
+            self.logs.write_checkpoints()
+        except OSError as exc:
+            raise storage_error(exc, "writing the log start checkpoint") from exc
         return low_watermark
 
     def partition(self, topic: str, index: int) -> Partition | None:
@@ -528,3 +565,10 @@ def _check_partition_count(partitions: int) -> None:
         raise InvalidPartitionsError(
             f"the number of partitions must be between 1 and {PARTITIONS_MAX}, got {partitions}"
         )
+
+
+def _refuse_internal(name: str, what: str) -> None:
+    """INVALID_REQUEST for a client's change to a topic the broker owns (its configs, such
+    as compaction, and its one partition are what the broker's services rely on)."""
+    if name in INTERNAL_TOPICS:
+        raise InternalTopicError(f"{name} is an internal topic and cannot {what}")

@@ -6,7 +6,9 @@
         producer-id-block    the end of the producer-id block in use
 
 `topics.json` is rewritten atomically (temp file, fsync, rename, directory fsync) before
-any partition directory of a new topic is created. So after a crash a topic is either
+any partition directory of a new topic is created, and every change is made in memory
+only once the file holding it is saved: on a full disk the change fails with
+KAFKA_STORAGE_ERROR and the registry is as it was. So after a crash a topic is either
 wholly known or unknown; a partition directory with no entry (it cannot happen in that
 order, but a user may copy one in) is adopted as a topic rather than ignored, because
 ignoring it would hide data.
@@ -22,12 +24,13 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import ErrorCode, KafkaError
 from ..storage.checkpoint import write_atomically
+from ..storage.errors import storage_error
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,13 @@ class InvalidReplicationFactorError(KafkaError):
 
 class InvalidReplicaAssignmentError(KafkaError):
     code = ErrorCode.invalid_replica_assignment
+
+
+class InternalTopicError(KafkaError):
+    """A client asked to create, grow or reconfigure a topic the broker owns (Kafka answers
+    INVALID_REQUEST when a client tries to create its own internal log)."""
+
+    code = ErrorCode.invalid_request
 
 
 def check_topic_name(name: str) -> None:
@@ -106,17 +116,48 @@ class TopicRegistry:
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
 
-    def _save(self) -> None:
+    def _forget(self, name: str) -> Topic:
+        topic = self._topics.pop(name)
+        del self._by_id[topic.topic_id]
+        return topic
+
+    def _save(
+        self,
+        change: Topic | None = None,
+        *,
+        without: str | None = None,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
+        """Write topics.json as it will be with `change` made (or `without` removed), then
+        make the change in memory: a write that fails (a full disk) changes nothing here
+        and raises `StorageError` (`DiskFullError`)."""
+        topics = dict(self._topics)
+        if change is not None:
+            topics[change.name] = change
+        if without is not None:
+            del topics[without]
         document = {
             "version": FORMAT_VERSION,
             "topics": {
                 t.name: {"id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
-                for t in self._topics.values()
+                for t in topics.values()
             },
         }
-        write_atomically(
-            self.data_dir / TOPICS_FILE, json.dumps(document, indent=1, sort_keys=True).encode()
-        )
+        try:
+            write_atomically(
+                self.data_dir / TOPICS_FILE,
+                json.dumps(document, indent=1, sort_keys=True).encode(),
+                before_rename=before_commit,
+            )
+        except OSError as exc:
+            raise storage_error(exc, f"saving {TOPICS_FILE}") from exc
+        if change is not None:
+            old = self._topics.get(change.name)
+            if old is not None:
+                self._forget(old.name)
+            self._remember(change)
+        if without is not None:
+            self._forget(without)
 
     def get(self, name: str) -> Topic | None:
         return self._topics.get(name)
@@ -131,20 +172,18 @@ class TopicRegistry:
         return len(self._topics)
 
     def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> Topic:
-        """Register a new topic (persisted before this returns)."""
+        """Register a new topic: persisted first, then known here (`_save`)."""
         check_topic_name(name)
         assert name not in self._topics, name
         assert partitions >= 1, partitions
         topic = Topic(name, uuid.uuid4(), partitions, dict(configs or {}))
-        self._remember(topic)
-        self._save()
+        self._save(topic)
         return topic
 
     def set_configs(self, name: str, configs: Mapping[str, str]) -> Topic:
         """Replace the topic's config overrides (persisted before this returns)."""
         topic = replace(self._topics[name], configs=dict(configs))
-        self._remember(topic)
-        self._save()
+        self._save(topic)
         return topic
 
     def set_partitions(self, name: str, partitions: int) -> Topic:
@@ -152,16 +191,40 @@ class TopicRegistry:
         current = self._topics[name]
         assert partitions > current.partitions, (name, partitions)
         topic = replace(current, partitions=partitions)
-        self._remember(topic)
-        self._save()
+        self._save(topic)
         return topic
 
-    def delete(self, name: str) -> Topic:
-        """Forget the topic (persisted before this returns); its id is never reused."""
-        topic = self._topics.pop(name)
-        del self._by_id[topic.topic_id]
-        self._save()
+    def shrink(self, name: str, partitions: int) -> None:
+        """Undo a growth whose logs could not be made, like `forget` undoes a creation."""
+        topic = replace(self._topics[name], partitions=partitions)
+        try:
+            self._save(topic)
+        except KafkaError as exc:
+            log.warning("topic %r shrunk back, but %s still says more: %s", name, TOPICS_FILE, exc)
+            self._forget(name)
+            self._remember(topic)
+
+    def delete(self, name: str, before_commit: Callable[[], None] | None = None) -> Topic:
+        """Forget the topic (persisted before this returns); its id is never reused.
+
+        `before_commit` runs once the new topics.json is written but not yet in place (the
+        broker deletes the partitions then): a full disk refuses the deletion before
+        anything is deleted."""
+        topic = self._topics[name]
+        self._save(without=name, before_commit=before_commit)
         return topic
+
+    def forget(self, name: str) -> Topic | None:
+        """Undo a creation whose logs could not be made: forgotten here at once, and in
+        topics.json when it can be written (on a full disk it keeps the entry, and the
+        next save, or the next start, which creates the missing logs, settles it)."""
+        if name not in self._topics:
+            return None
+        try:
+            return self.delete(name)
+        except KafkaError as exc:
+            log.warning("topic %r forgotten, but %s still names it: %s", name, TOPICS_FILE, exc)
+            return self._forget(name)
 
     def adopt(self, partitions_by_topic: Mapping[str, int]) -> list[Topic]:
         """Register topics found on disk but missing here (see the module docstring)."""
@@ -174,7 +237,10 @@ class TopicRegistry:
             self._remember(topic)
             adopted.append(topic)
         if adopted:
-            self._save()
+            try:
+                self._save()
+            except KafkaError as exc:  # known here all the same: their data is on disk
+                log.error("adopted topics not saved in %s: %s", TOPICS_FILE, exc)
         return adopted
 
 

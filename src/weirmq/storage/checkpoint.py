@@ -14,14 +14,16 @@ malformed file treats it as absent: recovery then re-validates more, never less.
 written, all fsynced in one pass, all renamed, then one directory fsync (a clean stop
 writes both checkpoints and the producer-state snapshot that way). Each file is replaced
 atomically on its own; a crash in between can leave some old and some new, so none may
-depend on another being new.
+depend on another being new. A write that fails (a full disk) removes its temp files, so
+none is left behind to fill the directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ..types import TopicPartition
@@ -32,23 +34,42 @@ log = logging.getLogger(__name__)
 VERSION = 0
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    write_files_atomically(path.parent, {path.name: data})
+def write_atomically(
+    path: Path, data: bytes, *, before_rename: Callable[[], None] | None = None
+) -> None:
+    write_files_atomically(path.parent, {path.name: data}, before_rename=before_rename)
 
 
-def write_files_atomically(directory: Path, files: Mapping[str, bytes]) -> None:
+def write_files_atomically(
+    directory: Path, files: Mapping[str, bytes], *, before_rename: Callable[[], None] | None = None
+) -> None:
     """Replace each `name` in `directory` with its bytes, atomically per file (see the
     module docstring); raises the first OSError, leaving the files not yet renamed as
-    they were."""
+    they were.
+
+    `before_rename` runs once the new bytes are durable in their temp files (so the disk
+    had room for them), just before the renames; if it raises, nothing is replaced."""
     tmps = {name: directory / (name + ".tmp") for name in files}
-    for name, data in files.items():
-        _write_file(tmps[name], data)
-    errors = fsync_all([str(tmp) for tmp in tmps.values()], _fsync_file)
-    if errors:
-        raise next(iter(errors.values()))
+    try:
+        for name, data in files.items():
+            _write_file(tmps[name], data)
+        errors = fsync_all([str(tmp) for tmp in tmps.values()], _fsync_file)
+        if errors:
+            raise next(iter(errors.values()))
+        if before_rename is not None:
+            before_rename()
+    except BaseException:
+        _remove_quietly(tmps.values())  # a full disk must not leave half-written files
+        raise
     for name, tmp in tmps.items():
         os.replace(tmp, directory / name)
     fsync_directory(directory)
+
+
+def _remove_quietly(paths: Iterable[Path]) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _write_file(path: Path, data: bytes) -> None:

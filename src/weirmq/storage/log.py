@@ -13,11 +13,13 @@ relative offsets would overflow.
 
 Durability. `flush` writes pending index entries, fsyncs every file holding bytes not
 yet fsynced (and the directory when segments were created), then advances
-`flushed_offset`, the recovery point. It is called by the group committer's thread while
-the event loop keeps appending: a per-log lock covers the bookkeeping, never the fsync
-itself. `flush_logs` does the same for many logs with all their fsyncs in one pass (a
-clean stop, the periodic flush): planned per log under its lock, fsynced together, then
-recorded per log.
+`flushed_offset`, the recovery point. A log that created its own directory also fsyncs
+the parent directory at its first flush: a new partition's directory is in the data
+directory for good before its first acks=all answer (no power-loss window). It is called
+by the group committer's thread while the event loop keeps appending: a per-log lock
+covers the bookkeeping, never the fsync itself. `flush_logs` does the same for many logs
+with all their fsyncs in one pass (a clean stop, the periodic flush): planned per log
+under its lock, fsynced together, then recorded per log.
 
 Recovery on open, given the recovery point from the data directory's checkpoint:
 - segments wholly below it are trusted, after an index sanity check (an index that is
@@ -84,6 +86,7 @@ class FileLog:
         self._clean_prefix = 0  # see _set_segments
         self._offline: str | None = None
         self._dir_dirty = False
+        self._parent_dirty = False  # the directory is new: its entry in the parent is not durable
         self._flushed = 0
         self._log_start = 0
         self._open(recovery_point, clean_shutdown, log_start_offset)
@@ -120,7 +123,7 @@ class FileLog:
 
     @property
     def needs_flush(self) -> bool:
-        return self._flushed < self.log_end_offset or self._dir_dirty
+        return self._flushed < self.log_end_offset or self._dir_dirty or self._parent_dirty
 
     def _check_online(self) -> None:
         if self._offline is not None:
@@ -367,6 +370,9 @@ class FileLog:
             if self._dir_dirty:
                 plan.paths.append(str(self.directory))
                 self._dir_dirty = False
+            if self._parent_dirty:  # a new partition: its directory's entry in the data dir
+                plan.paths.append(str(self.directory.parent))
+                self._parent_dirty = False
         return plan
 
     def _finish_flush(self, plan: _FlushPlan) -> int:
@@ -398,7 +404,9 @@ class FileLog:
     # --- opening ----------------------------------------------------------------------
 
     def _open(self, recovery_point: int, clean_shutdown: bool, log_start_offset: int) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.is_dir():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._parent_dirty = True
         bases = _segment_bases(self.directory)
         if not bases:
             segment = self._new_segment(log_start_offset)
@@ -520,7 +528,9 @@ def flush_logs(
         except (StorageError, OSError) as exc:
             failed[log_] = exc
     # Looked up here, not bound at import: tests replace `_fsync_path` to fail fsyncs.
-    errors = fsync_all([path for _, plan in plans for path in plan.paths], _fsync_path)
+    # New partitions share their parent directory: it is fsynced once for all of them.
+    paths = list(dict.fromkeys(path for _, plan in plans for path in plan.paths))
+    errors = fsync_all(paths, _fsync_path)
     for log_, plan in plans:
         error = next((errors[path] for path in plan.paths if path in errors), None)
         if error is None:

@@ -53,6 +53,7 @@ from .checkpoint import (
     write_offsets,
 )
 from .config import LogConfig
+from .errors import is_disk_full, storage_error
 from .flusher import GroupCommitter, Waiter
 from .handles import HandleCache
 from .interface import Clock
@@ -109,6 +110,9 @@ class LogManager:
         were taken is durable (the broker's routing cursors): taken on the flusher thread
         before each periodic flush, written after it when the flush failed nowhere."""
         self._periodic_written: Mapping[str, bytes] = {}
+        self.disk_full = False
+        """Whether the last periodic write failed for lack of space (logged once per episode,
+        and again when it clears)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._load()
         self.committer = GroupCommitter(
@@ -142,7 +146,13 @@ class LogManager:
             )
         if clean:
             marker.unlink()
-        self.write_checkpoints()
+        try:
+            self.write_checkpoints()
+        except OSError as exc:
+            # The old checkpoints stay: they never claim more than what is on disk, and a
+            # broker on a full disk must still start so that its consumers can drain it.
+            log.error("cannot write the checkpoints at start (%s): keeping the old ones", exc)
+            self.disk_full = is_disk_full(exc)
 
     def get(self, topic: str, partition: int) -> FileLog | None:
         return self._logs.get(TopicPartition(topic, partition))
@@ -152,17 +162,25 @@ class LogManager:
             return dict(self._logs)
 
     def create(self, topic: str, partition: int, config: LogConfig | None = None) -> FileLog:
-        """The partition's log, created empty if it does not exist."""
+        """The partition's log, created empty if it does not exist. Raises `StorageError`
+        (`DiskFullError` on a full disk) when it cannot be, leaving no directory behind."""
         tp = TopicPartition(topic, partition)
         existing = self._logs.get(tp)
         if existing is not None:
             return existing
-        new = FileLog(
-            self.data_dir / f"{topic}-{partition}",
-            config or self._config_for(topic),
-            handles=self.handles,
-            clock=self._clock,
-        )
+        directory = self.data_dir / f"{topic}-{partition}"
+        existed = directory.exists()
+        try:
+            new = FileLog(
+                directory,
+                config or self._config_for(topic),
+                handles=self.handles,
+                clock=self._clock,
+            )
+        except OSError as exc:  # a full disk: leave no half-made partition behind
+            if not existed:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise storage_error(exc, f"creating {directory.name}") from exc
         with self._lock:
             self._logs[tp] = new
         return new
@@ -179,7 +197,10 @@ class LogManager:
             self.handles.forget(segment.log_path)
         prefix = doomed.directory.name[:_TRASH_PREFIX_CHARS]
         trash = doomed.directory.with_name(f"{prefix}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
-        os.rename(doomed.directory, trash)
+        try:
+            os.rename(doomed.directory, trash)
+        except OSError as exc:
+            raise storage_error(exc, f"deleting {doomed.directory.name}") from exc
         with self._lock:
             del self._logs[TopicPartition(topic, partition)]
         shutil.rmtree(trash, ignore_errors=True)
@@ -217,8 +238,29 @@ class LogManager:
                     if not self._closed:
                         write_files_atomically(self.data_dir, state)
                         self._periodic_written = state
+        except OSError as exc:  # the checkpoints keep their old versions; retried next time
+            self._note_write_failure(exc)
+            return
         except Exception:  # keep the flusher alive; the failing log is already offline
             log.exception("periodic flush failed")
+            return
+        if self.disk_full:
+            self.disk_full = False
+            log.warning("%s: disk space is back, checkpoints written again", self.data_dir)
+
+    def _note_write_failure(self, exc: OSError) -> None:
+        """Log a failed periodic write: a full disk once per episode, not every second."""
+        if not is_disk_full(exc):
+            log.error("periodic checkpoint write failed: %s", exc)
+        elif not self.disk_full:
+            self.disk_full = True
+            log.error(
+                "%s: disk full, checkpoints not written (%s); retrying every %d ms, "
+                "reads go on and writes resume when space returns",
+                self.data_dir,
+                exc.strerror or exc,
+                self.settings.flush_interval_ms,
+            )
 
     def write_checkpoints(self) -> None:
         """Write the recovery points and log start offsets, if either moved since the last

@@ -28,7 +28,7 @@ from typing import Any
 
 from ....broker import configs
 from ....broker.configs import ConfigSource, ConfigType
-from ....broker.core import Broker
+from ....broker.core import INTERNAL_TOPICS, Broker
 from ....broker.exchanges import BINDINGS_CONFIG
 from ....broker.topics import (
     InvalidReplicaAssignmentError,
@@ -112,6 +112,10 @@ def handle_create_topics(
 
 
 def _create_one(broker: Broker, wanted: CreatableTopic, validate_only: bool) -> dict[str, Any]:
+    if wanted.name in INTERNAL_TOPICS:
+        # Kafka refuses its own internal log (__cluster_metadata) so; WeirMQ's internal
+        # topics are all made by the broker, with the configs its services rely on.
+        raise _InvalidRequest(f"Creation of internal topic {wanted.name} is prohibited.")
     partitions = _partition_count(broker, wanted)
     overrides = _named_once(wanted.configs)
     topic = broker.create_topic(wanted.name, partitions, overrides, validate_only=validate_only)

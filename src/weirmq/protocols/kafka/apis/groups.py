@@ -319,7 +319,7 @@ def handle_offset_commit(
         codes = [exc.code] * len(offsets)
     except KafkaError as exc:  # the offsets log refused the append (disk full, offline)
         log.error("group %r: offsets not committed: %s", request.group_id, exc)
-        codes = [ErrorCode.coordinator_not_available] * len(offsets)
+        codes = [_commit_failure(exc)] * len(offsets)
     response = _commit_response(request, codes)
     end_after = broker.offsets_log.end_offset()
     if end_after == end_before:
@@ -334,8 +334,17 @@ async def _after_durable(broker: Broker, end: int, response: dict[str, Any]) -> 
         log.error("offsets log fsync failed: %s", exc)
         for topic in response["topics"]:
             for partition in topic["partitions"]:
-                partition["error_code"] = ErrorCode.coordinator_not_available
+                partition["error_code"] = _commit_failure(exc)
     return response
+
+
+def _commit_failure(exc: KafkaError) -> ErrorCode:
+    """The code of a commit the offsets log refused: KAFKA_STORAGE_ERROR when the disk
+    failed (full, I/O error; the client retries and succeeds once it clears), else
+    COORDINATOR_NOT_AVAILABLE."""
+    if exc.code is ErrorCode.kafka_storage_error:
+        return ErrorCode.kafka_storage_error
+    return ErrorCode.coordinator_not_available
 
 
 def _commit_response(request: OffsetCommitRequest, codes: list[ErrorCode]) -> dict[str, Any]:
