@@ -21,6 +21,7 @@ adapter left out):
         InvalidDelayError               broker.delays         invalid_record
         InvalidPartitionsError          broker.topics         invalid_partitions
         InvalidProducerEpochError       broker.producers      invalid_producer_epoch
+        InvalidQuotaError               broker.quotas         invalid_request
         InvalidRecordError              records.batch         corrupt_message
         InvalidReplicaAssignmentError   broker.topics         invalid_replica_assignment
         InvalidReplicationFactorError   broker.topics         invalid_replication_factor

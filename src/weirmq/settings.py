@@ -184,12 +184,39 @@ def _optional_listen_from_value(value: object) -> str | None:
     return _optional_listen_from_text(value)
 
 
+# One allowed name of the admin API: a host name or IPv4 address, or an IPv6 address in
+# brackets, optionally with a port; compared with the Host header, so no scheme, no path.
+_ALLOWED_HOST = re.compile(r"(?:[a-z0-9_-]+(?:\.[a-z0-9_-]+)*|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?")
+
+
+def _allowed_hosts_from_text(text: str) -> tuple[str, ...]:
+    # A comma list ("admin.example, 10.0.0.5:9644"); empty means none.
+    return _allowed_hosts_from_value([item.strip() for item in text.split(",") if item.strip()])
+
+
+def _allowed_hosts_from_value(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return _allowed_hosts_from_text(value)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise _InvalidValue(f"expected a list of HOST or HOST:PORT names, got {_show(value)}")
+    hosts = tuple(item.lower() for item in value)
+    for host in hosts:
+        port = host.rpartition("]")[2].partition(":")[2]
+        if _ALLOWED_HOST.fullmatch(host) is None or (port and int(port) > PORT_MAX):
+            raise _InvalidValue(
+                f"expected HOST or HOST:PORT (an IPv6 address in brackets; no scheme, no "
+                f"path), got {_show(host)}"
+            )
+    return hosts
+
+
 INTEGER = ValueKind(_int_from_text, _int_from_value)
 BOOLEAN = ValueKind(_bool_from_text, _bool_from_value)
 DIRECTORY = ValueKind(_path_from_text, _path_from_value)
 LISTEN_ADDRESS = ValueKind(_listen_from_text, _listen_from_value)
 ADVERTISED_ADDRESS = ValueKind(_advertise_from_text, _advertise_from_value)
 OPTIONAL_LISTEN_ADDRESS = ValueKind(_optional_listen_from_text, _optional_listen_from_value)
+ALLOWED_HOSTS = ValueKind(_allowed_hosts_from_text, _allowed_hosts_from_value)
 
 
 def _flag_of(name: str) -> str:
@@ -271,6 +298,23 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         "idle_timeout_ms", INTEGER, "connections.max.idle.ms",
         "a connection with no traffic for this long is closed",
         minimum=1, maximum=INT64_MAX,
+    ),
+    # Connection and memory bounds of the connection pump (issue 20), kept together.
+    SettingSpec(
+        "queued_max_request_bytes", INTEGER, "queued.max.request.bytes",
+        "bytes all connections together may hold in large requests being received or in "
+        "flight; beyond it connections stop reading",
+        minimum=1024, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "max_connections", INTEGER, "max.connections",
+        "client connections open at most; one more is accepted and closed at once",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "max_connections_per_address", INTEGER, "max.connections.per.ip",
+        "client connections open at most from one client address",
+        minimum=1, maximum=INT32_MAX,
     ),
     SettingSpec(
         "auto_create_topics", BOOLEAN, "auto.create.topics.enable",
@@ -391,6 +435,10 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         "admin_listen", OPTIONAL_LISTEN_ADDRESS, None,
         "HOST:PORT of the HTTP admin API and /metrics; 'off' (or empty) disables it",
     ),
+    SettingSpec(
+        "admin_allowed_hosts", ALLOWED_HOSTS, None,
+        "names the admin API answers to besides its own address (Host header), comma-separated",
+    ),
 )
 # fmt: on
 
@@ -422,6 +470,14 @@ class Settings:
     """Per connection; reading pauses at this many requests without a response."""
     idle_timeout_ms: int = 600000
     """connections.max.idle.ms."""
+    # Connection and memory bounds of the connection pump (issue 20), kept together.
+    queued_max_request_bytes: int = 256 * 1024 * 1024
+    """queued.max.request.bytes: large requests being received or in flight, all
+    connections together."""
+    max_connections: int = 10000
+    """max.connections."""
+    max_connections_per_address: int = 1000
+    """max.connections.per.ip."""
     auto_create_topics: bool = True
     """auto.create.topics.enable."""
     default_partitions: int = 1
@@ -470,6 +526,9 @@ class Settings:
     """offsets.retention.minutes (7 days)."""
     admin_listen: str | None = "127.0.0.1:9644"
     """HOST:PORT of the HTTP admin API; None turns it off."""
+    admin_allowed_hosts: tuple[str, ...] = ()
+    """HOST or HOST:PORT names (lower case) the admin API answers to besides its own
+    address; a name without a port is allowed with any port."""
 
     def __post_init__(self) -> None:
         for spec in SETTING_SPECS:

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.integration
 
 TIMEOUT_S = 30.0
 Client = TestClient[web.Request, web.Application]
+JSON = {"Content-Type": "application/json"}
 
 
 def run(broker: Broker, scenario: Callable[[Client], Awaitable[None]]) -> None:
@@ -255,9 +256,11 @@ def test_a_body_over_one_mebibyte_is_refused(broker: Broker) -> None:
     huge = json.dumps({"name": "x", "configs": {"k": "v" * (1 << 20)}}).encode()
 
     async def scenario(client: Client) -> None:
-        response = await client.post("/api/v1/topics", data=io.BytesIO(huge))
+        response = await client.post("/api/v1/topics", data=io.BytesIO(huge), headers=JSON)
         await refused(response, 413, "PAYLOAD_TOO_LARGE")
-        response = await client.patch("/api/v1/topics/orders/configs", data=io.BytesIO(huge))
+        response = await client.patch(
+            "/api/v1/topics/orders/configs", data=io.BytesIO(huge), headers=JSON
+        )
         await refused(response, 413, "PAYLOAD_TOO_LARGE")
         assert (await client.get("/api/v1/health")).status == 200  # and it carries on
 
@@ -430,7 +433,7 @@ def test_refused_config_changes(broker: Broker, body: bytes | dict[str, Any], co
 
     async def scenario(client: Client) -> None:
         before = await get_json(client, "/api/v1/topics/orders/configs")
-        response = await client.patch("/api/v1/topics/orders/configs", data=data)
+        response = await client.patch("/api/v1/topics/orders/configs", data=data, headers=JSON)
         await refused(response, 400, code)
         assert await get_json(client, "/api/v1/topics/orders/configs") == before
 

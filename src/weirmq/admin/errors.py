@@ -32,6 +32,13 @@ INTERNAL_ERROR = "INTERNAL_ERROR"
 EXCHANGE_CONFLICT = "EXCHANGE_CONFLICT"
 EXCHANGE_IN_USE = "EXCHANGE_IN_USE"
 BINDING_NOT_FOUND = "BINDING_NOT_FOUND"
+# Who may ask (see "Security" in docs/admin-api.md): a request naming a host that is not
+# this API's (421: what a DNS-rebinding page sends), one from another web page's origin
+# that would change something (403), a body that is not declared as JSON (415: what an
+# HTML form or a "simple" cross-origin fetch sends).
+HOST_NOT_ALLOWED = "HOST_NOT_ALLOWED"
+ORIGIN_NOT_ALLOWED = "ORIGIN_NOT_ALLOWED"
+UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
 # Kafka's names, for the refusals the admin API makes itself before asking the broker.
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition.name.upper()
 GROUP_ID_NOT_FOUND = ErrorCode.group_id_not_found.name.upper()

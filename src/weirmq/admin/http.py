@@ -42,6 +42,27 @@ no identity but its fields, so it is removed by POSTing those fields to ``.../de
 DELETE with a body has no defined meaning in HTTP (proxies and clients may drop it), and
 putting typed arguments in a URL would need an encoding of its own.
 
+Who may ask: the API has no authentication and is meant for loopback, where any web page
+the operator's browser opens can reach it too. One middleware (`_only_for_this_api`), run
+before every handler (aiohttp's 404 and 405 included), refuses what only a browser doing
+a hostile page's bidding would send:
+
+- a ``Host`` that is not one of this API's names (421): a DNS-rebinding page reaches the
+  port under the attacker's own name, and so could read and change everything. The names
+  are the address the connection arrived on, ``localhost`` and the loopback addresses when
+  it arrived on loopback, and ``settings.admin_allowed_hosts``. Ports are compared only
+  for a name given with one: the attacker controls the name, and tunnels and port mappings
+  change the port. No ``Host`` at all (HTTP/1.0 tools) is not a browser's, and passes.
+- on a routed request that changes something (POST, PUT, PATCH, DELETE), an ``Origin`` other
+  than the one the ``Host`` names (403): a page of another site. Browsers send ``Origin``
+  with every such request; curl, the CLI and Prometheus send none.
+- on those, a body not labelled ``application/json`` (415): HTML forms and fetches that a
+  browser sends cross-origin without asking first (``text/plain``, form encodings) can
+  carry JSON text, and would otherwise be obeyed.
+- an ``OPTIONS`` (a CORS preflight) from another origin (403); others get 405 with
+  ``Allow``. No answer carries ``Access-Control-Allow-*``: no other origin may read or
+  change anything, and a browser enforces that without being told more.
+
 Nothing a request sends can take the broker down: one middleware turns every failure into
 the JSON error shape of `weirmq.admin.errors` (4xx for the request's faults, 500 for
 ours, logged), bodies are capped at `BODY_BYTES_MAX` before they are parsed, and request
@@ -52,11 +73,12 @@ Prometheus scrape every few seconds would otherwise be most of the broker's log.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -75,11 +97,14 @@ from .errors import (
     EXCHANGE_CONFLICT,
     EXCHANGE_IN_USE,
     GROUP_ID_NOT_FOUND,
+    HOST_NOT_ALLOWED,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     MALFORMED_JSON,
+    ORIGIN_NOT_ALLOWED,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_MEDIA_TYPE,
     ApiError,
     error_response,
     from_http_exception,
@@ -95,6 +120,8 @@ BODY_BYTES_MAX = 1 << 20
 BROKER = web.AppKey("broker", Broker)
 REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 OPENAPI_JSON = web.AppKey("openapi_json", bytes)
+ALLOWED_HOSTS = web.AppKey("allowed_hosts", frozenset)
+"""`Authority` values of ``settings.admin_allowed_hosts``."""
 
 _DIGITS = re.compile(r"[0-9]+")  # ASCII only: int() also takes "٣", " 3" and "+3"
 _PARTITION_DIGITS_MAX = 10  # more is beyond any partition (int32), and int() refuses 4300
@@ -163,8 +190,11 @@ class AdminService:
 
 def create_app(broker: Broker) -> web.Application:
     """The admin application for `broker` (tests serve it with aiohttp's test server)."""
-    app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_errors_as_json])
+    app = web.Application(
+        client_max_size=BODY_BYTES_MAX, middlewares=[_errors_as_json, _only_for_this_api]
+    )
     app[BROKER] = broker
+    app[ALLOWED_HOSTS] = allowed_hosts(broker.settings.admin_allowed_hosts)
     app[REGISTRY] = metrics_registry(broker)
     app[OPENAPI_JSON] = json.dumps(openapi.document()).encode()
     app.add_routes(
@@ -216,6 +246,162 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
         if refused is not None:
             return refused.response()
         return error_response(500, INTERNAL_ERROR, "internal error; the broker log has details")
+
+
+# --- who may ask ----------------------------------------------------------------------------
+
+_STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_JSON = "application/json"
+# A Host header or an allowed name, lower-cased: a DNS name or IPv4 address, or an IPv6
+# address in brackets, and maybe a port. Anything else (user info, a zone, spaces) is no
+# name of ours.
+_AUTHORITY = re.compile(
+    r"(?:(?P<name>[a-z0-9_-]+(?:\.[a-z0-9_-]+)*)|\[(?P<ipv6>[0-9a-f:.]+)\])"
+    r"(?::(?P<port>[0-9]{1,5}))?"
+)
+_ORIGIN = re.compile(r"(?P<scheme>https?)://(?P<authority>[^/?#]+)")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True, slots=True)
+class Authority:
+    """A host as a ``Host`` header, an ``Origin`` or an allowed name gives it."""
+
+    name: str
+    """Lower case; an IPv6 address without its brackets."""
+    port: int | None
+    """None when not given."""
+
+
+def parse_authority(text: str) -> Authority | None:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``; None for anything else."""
+    match = _AUTHORITY.fullmatch(text.strip().lower())
+    if match is None:
+        return None
+    port = match["port"]
+    if port is not None and int(port) > 65535:
+        return None
+    return Authority(match["name"] or match["ipv6"], None if port is None else int(port))
+
+
+def allowed_hosts(names: Iterable[str]) -> frozenset[Authority]:
+    """The operator's names (already checked by `weirmq.settings`) as `Authority` values."""
+    found = set()
+    for name in names:
+        authority = parse_authority(name)
+        assert authority is not None, name
+        found.add(authority)
+    return frozenset(found)
+
+
+def host_allowed(host: Authority, local_address: str | None, named: frozenset[Authority]) -> bool:
+    """Whether a request whose ``Host`` is `host`, arriving on `local_address` (the
+    connection's own end), is meant for this API.
+
+    The port is not compared for the API's own names: what a DNS-rebinding page controls
+    is the name, and a port mapping, a tunnel or a proxy may change the port. An allowed
+    name given with a port allows that port only."""
+    if host in named or Authority(host.name, None) in named:
+        return True
+    local = _ip(local_address) if local_address is not None else None
+    if local is None:
+        return False
+    ip = _ip(host.name)
+    if ip == local:
+        return True
+    return local.is_loopback and (host.name == "localhost" or (ip is not None and ip.is_loopback))
+
+
+def same_origin(origin: str, host: Authority) -> bool:
+    """Whether `origin` (an ``Origin`` header) is the site that `host` names: the page
+    was served by this API itself, under the name the request uses."""
+    match = _ORIGIN.fullmatch(origin.strip().lower())
+    if match is None:  # "null" (a sandboxed frame, a file), or no origin a browser sends
+        return False
+    authority = parse_authority(match["authority"])
+    if authority is None:
+        return False
+    default_port = _DEFAULT_PORTS[match["scheme"]]
+    return authority.name == host.name and (authority.port or default_port) == (
+        host.port or default_port
+    )
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+@web.middleware
+async def _only_for_this_api(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse what a browser sends on a hostile page's behalf (see the module docstring);
+    raises `ApiError`, which `_errors_as_json` answers."""
+    host = _checked_host(request)
+    origin = request.headers.get("Origin")
+    if request.method == "OPTIONS" and origin is not None:
+        _check_origin(origin, host, "a CORS preflight")
+    # No route, or not with this method: the handler answers 404 or 405, changing nothing.
+    routed = request.match_info.http_exception is None
+    if routed and request.method in _STATE_CHANGING:
+        if origin is not None:
+            _check_origin(origin, host, "a change")
+        _check_json_body(request)
+    return await handler(request)
+
+
+def _checked_host(request: web.Request) -> Authority | None:
+    """The request's ``Host``, refused (421) unless it names this API; None if absent."""
+    texts = request.headers.getall("Host", [])
+    if not texts:
+        return None
+    host = parse_authority(texts[0]) if len(texts) == 1 else None
+    if host is None or not host_allowed(host, _local_address(request), request.app[ALLOWED_HOSTS]):
+        raise ApiError(
+            421,
+            HOST_NOT_ALLOWED,
+            f"Host {', '.join(texts)!r} is not a name of this admin API; it answers to the "
+            "address it is reached on, localhost on loopback, and the names listed in "
+            "admin_allowed_hosts",
+        )
+    return host
+
+
+def _check_origin(origin: str, host: Authority | None, what: str) -> None:
+    if host is None or not same_origin(origin, host):
+        raise ApiError(
+            403,
+            ORIGIN_NOT_ALLOWED,
+            f"{what} from the web page at {origin!r} is refused: the admin API takes "
+            "changes only from clients that send no Origin (curl, the CLI) or from its "
+            "own origin",
+        )
+
+
+def _check_json_body(request: web.Request) -> None:
+    """A body must be declared JSON: the content types a page may send to any site without
+    asking first (forms, text/plain) are never JSON, whatever the body holds."""
+    if not request.body_exists:
+        return  # a DELETE, or a body-less POST (which the handler refuses as MALFORMED_JSON)
+    declared = request.headers.get("Content-Type")
+    mime = (declared or "").partition(";")[0].strip().lower()
+    if mime != _JSON:
+        raise ApiError(
+            415,
+            UNSUPPORTED_MEDIA_TYPE,
+            f"the body must be JSON sent with Content-Type: {_JSON}; "
+            f"got {declared or 'no Content-Type'!r}",
+        )
+
+
+def _local_address(request: web.Request) -> str | None:
+    """The host of the connection's own end: the listener's address it arrived on."""
+    transport = request.transport
+    sockname = transport.get_extra_info("sockname") if transport is not None else None
+    if isinstance(sockname, tuple) and sockname and isinstance(sockname[0], str):
+        return sockname[0]
+    return None
 
 
 # --- handlers -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from weirmq.broker.configs import EXCHANGE_TYPES
 from weirmq.broker.core import PARTITIONS_MAX
 from weirmq.settings import (
     ADVERTISED_ADDRESS,
+    ALLOWED_HOSTS,
     BOOLEAN,
     DIRECTORY,
     INTEGER,
@@ -96,7 +97,8 @@ _ERROR = _object(
                     "description": "Upper-case name: a Kafka error code's name (such as "
                     "TOPIC_ALREADY_EXISTS) or one of the API's own (MALFORMED_JSON, "
                     "INVALID_REQUEST, NOT_FOUND, METHOD_NOT_ALLOWED, PAYLOAD_TOO_LARGE, "
-                    "EXCHANGE_CONFLICT, EXCHANGE_IN_USE, BINDING_NOT_FOUND).",
+                    "EXCHANGE_CONFLICT, EXCHANGE_IN_USE, BINDING_NOT_FOUND, HOST_NOT_ALLOWED, "
+                    "ORIGIN_NOT_ALLOWED, UNSUPPORTED_MEDIA_TYPE).",
                 },
                 "message": {"type": "string", "description": "What was wrong, for people."},
             }
@@ -134,6 +136,8 @@ def _setting_schema(spec: SettingSpec) -> Schema:
         schema = {"type": "string"}
     elif spec.kind in (ADVERTISED_ADDRESS, OPTIONAL_LISTEN_ADDRESS):
         schema = {"type": "string", "nullable": True}
+    elif spec.kind is ALLOWED_HOSTS:
+        schema = {"type": "array", "items": {"type": "string"}}
     else:  # a new kind of setting: describe it here (a test fetches this document)
         raise AssertionError(f"setting {spec.name!r} has a kind the OpenAPI schema lacks")
     return {**schema, "description": spec.meaning}
@@ -615,6 +619,37 @@ _BAD_BODY = _error(
     "broker refuses a value (a Kafka error code such as INVALID_CONFIG)."
 )
 _TOO_LARGE = _error("The body is larger than 1 MiB (PAYLOAD_TOO_LARGE).")
+# Who may ask (weirmq.admin.http, "Security" in docs/admin-api.md): added to every
+# operation by `_guarded`, since the check runs before any of them.
+_WRONG_HOST = _error(
+    "The Host header is not a name of this API (HOST_NOT_ALLOWED): neither the address the "
+    "request arrived on, nor localhost on loopback, nor a name in admin_allowed_hosts."
+)
+_FOREIGN_ORIGIN = _error(
+    "The Origin header is another site's (ORIGIN_NOT_ALLOWED): changes are taken from "
+    "clients that send no Origin, or from the API's own origin."
+)
+_NOT_JSON = _error(
+    "A body is sent with a Content-Type other than application/json, or none "
+    "(UNSUPPORTED_MEDIA_TYPE)."
+)
+_STATE_CHANGING = ("post", "put", "patch", "delete")
+
+
+def _guarded(paths: dict[str, Schema]) -> dict[str, Schema]:
+    """`paths` with the refusals of the request guard on each operation: a wrong Host on
+    every one; a foreign Origin and a body that is not JSON on those that change things."""
+    for item in paths.values():
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            responses = operation["responses"]
+            responses["421"] = _WRONG_HOST
+            if method in _STATE_CHANGING:
+                responses["403"] = _FOREIGN_ORIGIN
+                responses["415"] = _NOT_JSON
+            operation["responses"] = dict(sorted(responses.items()))
+    return paths
 
 
 def _paths() -> dict[str, Schema]:
@@ -1001,9 +1036,12 @@ def document() -> Schema:
                 "version": __version__,
                 "description": "Health, topics, partitions, consumer groups (with their "
                 "lag) and exchanges (with their bindings) of one WeirMQ broker. Errors are "
-                '{"error": {"code": ..., "message": ...}} with a 4xx status.',
+                '{"error": {"code": ..., "message": ...}} with a 4xx status. No authentication: '
+                "keep it on loopback. Requests must name the API's own host (Host); changes "
+                "must come from no web page but the API's own (Origin) and carry JSON "
+                "(Content-Type: application/json).",
             },
-            "paths": _paths(),
+            "paths": _guarded(_paths()),
             "components": {"schemas": _schemas()},
         }
     )

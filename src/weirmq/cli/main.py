@@ -12,12 +12,16 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from weirmq import __version__
 from weirmq.cli.lazy import add_client_commands
-from weirmq.settings import SettingsError, load_settings
+from weirmq.settings import Settings, SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from weirmq.broker.core import Broker
 
 USAGE_EXIT_CODE = 2
 STARTUP_FAILED_EXIT_CODE = 1
@@ -86,9 +90,9 @@ def serve(
         click.echo(f"weirmq serve: {exc}", err=True)
         sys.exit(USAGE_EXIT_CODE)
     _skip_test_only_imports()
-    from weirmq.admin.deferred import DeferredAdminService
     from weirmq.server.run import serve as run_broker
     from weirmq.server.run import tune_malloc
+    from weirmq.server.startup import StartupError
     from weirmq.storage.lock import DataDirLockedError
 
     logging.basicConfig(
@@ -99,16 +103,41 @@ def serve(
     tune_malloc()
     # The admin port opens now; aiohttp and prometheus_client load on its first connection
     # (see weirmq/admin/deferred.py), so a broker nobody asks over HTTP never pays for them.
-    services = [] if settings.admin_listen is None else [DeferredAdminService(settings)]
+    services = [] if settings.admin_listen is None else [_AdminPort(settings)]
     try:
         asyncio.run(run_broker(settings, services=services))
-    except (OSError, DataDirLockedError) as exc:
-        # The address is taken, the data directory is unwritable or another broker holds
-        # it: the message says what to fix, a traceback would only bury it.
+    except (OSError, DataDirLockedError, StartupError) as exc:
+        # The address is taken, the data directory is unwritable, a state file in it is
+        # damaged or another broker holds it: the message says what to fix, a traceback
+        # would only bury it.
         click.echo(f"weirmq serve: cannot start: {exc}", err=True)
         sys.exit(STARTUP_FAILED_EXIT_CODE)
     except KeyboardInterrupt:  # a second Ctrl-C during the orderly stop
         sys.exit(130)
+
+
+class _AdminPort:
+    """The admin API's service (`weirmq.admin.deferred`), with a port that cannot be bound
+    named together with its setting: two brokers started with default settings collide on
+    it, and "address in use" alone sends the operator looking at the Kafka port."""
+
+    def __init__(self, settings: Settings) -> None:
+        from weirmq.admin.deferred import DeferredAdminService
+
+        self.settings = settings
+        self.service = DeferredAdminService(settings)
+
+    async def start(self, broker: Broker) -> str | None:
+        from weirmq.server.startup import listener_error
+
+        try:
+            return await self.service.start(broker)
+        except OSError as exc:
+            address = self.settings.admin_listen or ""
+            raise listener_error("admin API", address, "admin_listen", exc) from exc
+
+    async def stop(self) -> None:
+        await self.service.stop()
 
 
 def _skip_test_only_imports() -> None:

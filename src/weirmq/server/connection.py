@@ -36,12 +36,30 @@ Every connection is bounded (each bound is a setting):
   a session that pushes frames on its own checks `write_paused` and is told when writing
   resumes;
 - a connection with nothing in flight and no bytes in or out for `idle_timeout_ms` is
-  closed. Reads and writes only raise a flag (no clock read per frame); a sweep every
-  `idle_timeout_ms / 8` (between 50 ms and 15 s) restarts the idle time of each
-  connection it finds flagged or busy. A flag is seen up to one sweep late, so a
-  connection is closed between one idle timeout and that plus two sweeps after its last
-  byte: at most 1.25 timeouts, as when every byte read the clock and the sweep ran every
-  quarter timeout.
+  closed, at that moment: each read and each write notes the loop's time (one clock read
+  per read, not per frame), and each connection has one timer, due when its last noted
+  activity is a timeout old. A timer that finds the connection was active meanwhile is
+  set again for the new moment, so a busy connection costs one timer per timeout, not one
+  per read. Bytes of a large frame that the kernel holds for us while the receive
+  low-water mark is raised (below) count as activity too: the timer asks the kernel how
+  many bytes wait (FIONREAD), so a slow but live sender is not cut as idle. A peer that
+  vanished without a FIN (a half-open connection) is found by TCP keepalive
+  (`_KEEPALIVE_*`), and, with nothing in flight, by the idle timeout;
+- the large frames being received, and the requests they become until answered, are
+  held against one budget for the whole listener, `queued_max_request_bytes` (Kafka's
+  `queued.max.request.bytes`; see `RequestMemory`). A connection that starts a large
+  frame reserves the size its prefix claims; when that does not fit, it stops reading
+  (the client's TCP window closes: back-pressure) and waits its turn, first come first
+  served, until answers release memory. Reserving the whole claim up front, not the
+  bytes as they come, means a frame that was let in can always be completed, so the
+  connections holding the budget never wait on each other. A frame above the budget but
+  within `max_request_bytes` gets in alone, when nothing else is held. Small frames
+  (those the framer reads in bulk) are not counted: each connection bounds them with its
+  scratch buffers and `max_in_flight_requests`;
+- at most `max_connections` connections, and `max_connections_per_address` from one
+  client address, are open; one more is accepted and closed at once (the client sees a
+  clean close, not a hang in the backlog), with one warning per `_REFUSAL_LOG_PERIOD_S`
+  at most, counting the refusals since the last one.
 
 While a large frame (a ~1 MB produce request) is arriving, the socket's receive low-water
 mark (SO_RCVLOWAT) is set to the bytes it still lacks (the framer's `missing_bytes`), so
@@ -63,12 +81,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import socket
+import struct
 import sys
+import termios
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..broker.stats import RequestLatency
@@ -77,9 +98,17 @@ from ..settings import Settings
 
 log = logging.getLogger(__name__)
 
-_IDLE_CHECKS_PER_TIMEOUT = 8
-_IDLE_CHECK_MIN_S = 0.05
-_IDLE_CHECK_MAX_S = 15.0
+_IDLE_TIMER_MIN_S = 0.001
+"""An idle timer is never set closer than this (a clock that stands still cannot spin)."""
+_KEEPALIVE_IDLE_S = 30
+_KEEPALIVE_INTERVAL_S = 10
+_KEEPALIVE_PROBES = 3
+"""A peer silent for 30 s is probed; three unanswered probes 10 s apart close the
+connection: a half-open connection is found within about a minute, even with a request in
+flight."""
+_REFUSAL_LOG_PERIOD_S = 10.0
+"""Connections refused at a limit are logged at most once per this many seconds."""
+_FIONREAD = struct.Struct("i")
 _JOIN_BYTES_MAX = 64 * 1024
 """Reply parts up to this size are joined into the buffer written before them; larger ones
 are written as they are (see the module docstring)."""
@@ -132,6 +161,68 @@ class ConnectionCounts:
         return self._latency
 
 
+class MemoryWaiter(Protocol):
+    """A connection waiting for room in a `RequestMemory`."""
+
+    @property
+    def wanted_bytes(self) -> int: ...
+
+    def memory_granted(self, nbytes: int) -> None:
+        """`nbytes` (its `wanted_bytes`) are now reserved for it."""
+        ...
+
+
+class RequestMemory:
+    """One budget of bytes for the large requests of every connection (see the module
+    docstring): reserved whole when a frame starts, released when its request is answered.
+
+    No I/O and no clock. A reservation is granted when it fits, or when nothing at all is
+    held (so one frame larger than the budget still gets in, alone); otherwise the asker
+    waits in a queue and is granted, in order, as releases make room. A later asker never
+    jumps the queue: a large frame is not starved by a stream of smaller ones."""
+
+    __slots__ = ("_waiters", "capacity_bytes", "used_bytes")
+
+    def __init__(self, capacity_bytes: int) -> None:
+        assert capacity_bytes > 0
+        self.capacity_bytes = capacity_bytes
+        self.used_bytes = 0
+        self._waiters: deque[MemoryWaiter] = deque()
+
+    @property
+    def waiting(self) -> int:
+        """Connections waiting for room."""
+        return len(self._waiters)
+
+    def reserve(self, waiter: MemoryWaiter, nbytes: int) -> bool:
+        """Reserve `nbytes` now (True), or queue `waiter` for them (False): it is told by
+        `memory_granted` later, or forgotten with `forget`."""
+        assert nbytes > 0
+        if not self._waiters and self._fits(nbytes):
+            self.used_bytes += nbytes
+            return True
+        self._waiters.append(waiter)
+        return False
+
+    def release(self, nbytes: int) -> None:
+        assert 0 <= nbytes <= self.used_bytes, (nbytes, self.used_bytes)
+        self.used_bytes -= nbytes
+        waiters = self._waiters
+        while waiters and self._fits(wanted := waiters[0].wanted_bytes):
+            waiter = waiters.popleft()
+            self.used_bytes += wanted
+            waiter.memory_granted(wanted)
+
+    def forget(self, waiter: MemoryWaiter) -> None:
+        """`waiter` no longer waits (its connection is gone)."""
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(waiter)
+        self.release(0)  # it may have been the head, in the way of those behind it
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.used_bytes == 0 or self.used_bytes + nbytes <= self.capacity_bytes
+
+
 class Connection(asyncio.BufferedProtocol):
     """One client connection; see the module docstring. It is also the session's
     `ConnectionHandle`."""
@@ -157,10 +248,18 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._reading_paused = False
         self._closing = False
-        self._active = True  # bytes moved since the last idle sweep
-        self._quiet_since = 0.0  # when an idle sweep last found it active or busy
+        self._admitted = False  # counted in the listener's limits (not refused)
+        self._last_active = listener.now()  # the loop's time of the last read or write
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._socket: Any = None  # for SO_RCVLOWAT; None where it cannot be set
         self._rcvlowat = 1
+        self._kernel_queued = 0  # bytes the kernel held for us at the last idle check
+        # The request memory budget (see `RequestMemory`): what this connection holds in
+        # it, the reservation of the large frame being received, and the size of the one
+        # it waits to reserve (0 when not waiting).
+        self._held_bytes = 0
+        self._partial_bytes = 0
+        self._wanted_bytes = 0
 
     # --- asyncio callbacks --------------------------------------------------------------
 
@@ -175,9 +274,18 @@ class Connection(asyncio.BufferedProtocol):
         if sys.platform == "linux":  # where the mark was measured, and bounded by the kernel
             self._socket = transport.get_extra_info("socket")
         listener = self.listener
+        refusal = listener.admit(self.peer_host)
+        if refusal is not None:
+            listener.refused(self.peer, refusal)
+            self._closing = True
+            transport.close()
+            return
+        self._admitted = True
         listener.connections.add(self)
         listener.stats.connections_open += 1
         listener.stats.connections_total += 1
+        _keep_alive(transport)
+        self._idle_timer = listener.call_later(listener.idle_timeout_s, self._idle_due)
         try:
             self._session = listener.adapter.new_session(self)
         except Exception:
@@ -192,7 +300,8 @@ class Connection(asyncio.BufferedProtocol):
         return self.framer.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._active = True
+        self._last_active = self.listener.now()
+        self._kernel_queued = 0  # what it held is read: count afresh (`check_idle`)
         try:
             frames = self.framer.buffer_updated(nbytes)
         except CloseConnection as exc:
@@ -200,12 +309,18 @@ class Connection(asyncio.BufferedProtocol):
             return
         if frames:
             read_at = time.perf_counter()
+            # A large frame being received was reserved for; now complete, it is the
+            # first frame out, and its reservation stays until its request is answered.
+            held, self._partial_bytes = self._partial_bytes, 0
             for frame in frames:
                 if self._closing:
                     return
-                self._on_frame(frame, read_at)
+                self._on_frame(frame, read_at, held)
+                held = 0
             if self._due:
                 self._flush()
+        if not self._closing:
+            self._reserve_partial()
         self._update_reading()
         self._update_low_water()
 
@@ -215,9 +330,21 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         listener = self.listener
-        if self in listener.connections:
-            listener.connections.discard(self)
-            listener.stats.connections_open -= 1
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if not self._admitted:
+            return
+        self._admitted = False
+        listener.connections.discard(self)
+        listener.stats.connections_open -= 1
+        listener.left(self.peer_host)
+        if self._wanted_bytes:
+            self._wanted_bytes = 0
+            listener.memory.forget(self)
+        held, self._held_bytes, self._partial_bytes = self._held_bytes, 0, 0
+        if held:
+            listener.memory.release(held)
         for _, item in self._queue:
             if isinstance(item, asyncio.Task):
                 # A finished task is left as it is, but cancel() still marks its
@@ -274,7 +401,9 @@ class Connection(asyncio.BufferedProtocol):
         """Replies queued, awaited or due."""
         return len(self._queue) + len(self._due)
 
-    def _on_frame(self, frame: Frame, read_at: float) -> None:
+    def _on_frame(self, frame: Frame, read_at: float, held_bytes: int) -> None:
+        """Handle one frame; `held_bytes` of the request memory budget are its own, to be
+        released once it is answered (connection_lost releases whatever is left)."""
         try:
             outcome = self._handle(frame)
         except CloseConnection as exc:
@@ -284,6 +413,9 @@ class Connection(asyncio.BufferedProtocol):
             log.exception("request from %s failed; closing the connection", self.peer)
             self.close("internal error")
             return
+        if held_bytes and not isinstance(outcome, Awaitable):
+            self._release(held_bytes)  # answered (or needs no answer): the frame is done
+            held_bytes = 0
         if outcome is None:
             return
         if isinstance(outcome, Reply):
@@ -296,6 +428,8 @@ class Connection(asyncio.BufferedProtocol):
         coroutine = outcome if asyncio.iscoroutine(outcome) else _as_coroutine(outcome)
         task = self.listener.loop.create_task(coroutine)
         self._queue.append((read_at, task))
+        if held_bytes:
+            task.add_done_callback(lambda _task: self._release(held_bytes))
         task.add_done_callback(self._on_task_done)
 
     def _on_task_done(self, _task: asyncio.Task[Reply | None]) -> None:
@@ -343,7 +477,7 @@ class Connection(asyncio.BufferedProtocol):
             due.clear()
             return
         self._due = []
-        self._active = True
+        self._last_active = self.listener.now()
         write = self.transport.write
         pending: list[bytes | memoryview] = []  # small parts, joined into one write
         for _, reply in due:
@@ -376,6 +510,7 @@ class Connection(asyncio.BufferedProtocol):
         should_pause = (
             self._write_paused
             or self.listener.stopping
+            or self._wanted_bytes > 0
             or len(self._queue) + len(self._due) >= self._max_in_flight
         )
         if should_pause and not self._reading_paused:
@@ -400,13 +535,89 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._rcvlowat = wanted
 
+    # --- the request memory budget --------------------------------------------------------
+
+    @property
+    def wanted_bytes(self) -> int:
+        """What this connection waits to reserve (`MemoryWaiter`)."""
+        return self._wanted_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """What this connection holds of the listener's request memory."""
+        return self._held_bytes
+
+    def memory_granted(self, nbytes: int) -> None:
+        """The large frame this connection waited for may come in (`MemoryWaiter`)."""
+        assert nbytes == self._wanted_bytes and not self._partial_bytes
+        self._wanted_bytes = 0
+        self._partial_bytes = nbytes
+        self._held_bytes += nbytes
+        self._update_reading()
+        self._update_low_water()
+
+    def _reserve_partial(self) -> None:
+        """Reserve the whole of a large frame that has just started, or wait for room."""
+        missing = self.framer.missing_bytes
+        if not missing or self._partial_bytes or self._wanted_bytes:
+            return
+        # The framer's `buffered_bytes`, where it has one: what came of the frame so far.
+        size = missing + int(getattr(self.framer, "buffered_bytes", 0))
+        if self.listener.memory.reserve(self, size):
+            self._partial_bytes = size
+            self._held_bytes += size
+        else:
+            self._wanted_bytes = size  # reading pauses (`_update_reading`) until granted
+
+    def _release(self, nbytes: int) -> None:
+        if not self._admitted:  # gone: connection_lost released everything
+            return
+        assert 0 < nbytes <= self._held_bytes
+        self._held_bytes -= nbytes
+        self.listener.memory.release(nbytes)
+
+    # --- idleness ---------------------------------------------------------------------------
+
+    def _idle_due(self) -> None:
+        """This connection's idle timer (see the module docstring)."""
+        self._idle_timer = None
+        if self._closing:
+            return
+        listener = self.listener
+        now_s = listener.now()
+        self.check_idle(now_s, listener.settings.idle_timeout_ms)
+        if not self._closing:
+            due_s = self._last_active + listener.idle_timeout_s
+            self._idle_timer = listener.call_later(due_s - now_s, self._idle_due)
+
     def check_idle(self, now_s: float, idle_timeout_ms: int) -> None:
-        """One idle sweep's look at this connection (see the module docstring)."""
-        if self._active or self._queue or self._due:
-            self._active = False
-            self._quiet_since = now_s
-        elif (now_s - self._quiet_since) * 1000 > idle_timeout_ms:
-            self.close(f"idle for more than {idle_timeout_ms} ms")
+        """Close this connection if it has been idle for `idle_timeout_ms` at `now_s`; a
+        request in flight, a wait for request memory (we keep it from sending) or bytes
+        the kernel received for it since the last look make it active now."""
+        if self._queue or self._due or self._wanted_bytes or self._kernel_received_more():
+            self._last_active = now_s
+        elif (now_s - self._last_active) * 1000 >= idle_timeout_ms:
+            self.close(f"idle for {idle_timeout_ms} ms")
+
+    @property
+    def idle_deadline(self) -> float:
+        """When this connection is idle for `idle_timeout_ms`, unless it is active first
+        (the listener's clock)."""
+        return self._last_active + self.listener.idle_timeout_s
+
+    def _kernel_received_more(self) -> bool:
+        """While the receive low-water mark is raised, bytes arrive without waking us:
+        has the kernel received more since the last look?"""
+        if self._rcvlowat <= 1 or self._socket is None:
+            return False
+        try:
+            raw = fcntl.ioctl(self._socket.fileno(), termios.FIONREAD, bytes(_FIONREAD.size))
+        except (OSError, ValueError):
+            return False
+        queued = int(_FIONREAD.unpack(raw)[0])
+        more = queued != self._kernel_queued
+        self._kernel_queued = queued
+        return more
 
     def stop_reading(self) -> None:
         """Pause reading for good: the listener is stopping."""
@@ -444,10 +655,23 @@ async def _as_coroutine(awaitable: Any) -> Reply | None:
     return result
 
 
-def idle_check_period_s(idle_timeout_ms: int) -> float:
-    """How often the idle sweep runs; see the module docstring."""
-    period_s = idle_timeout_ms / 1000 / _IDLE_CHECKS_PER_TIMEOUT
-    return min(max(period_s, _IDLE_CHECK_MIN_S), _IDLE_CHECK_MAX_S)
+def _keep_alive(transport: asyncio.Transport) -> None:
+    """TCP keepalive on an accepted socket, so that a half-open connection is found (see
+    `_KEEPALIVE_IDLE_S`); skipped where the socket or an option is not there."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (
+        ("TCP_KEEPIDLE", _KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", _KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", _KEEPALIVE_PROBES),
+    ):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    with contextlib.suppress(OSError, AttributeError):
+        for level, option, value in options:
+            sock.setsockopt(level, option, value)
 
 
 class Listener:
@@ -465,14 +689,20 @@ class Listener:
         self.drained = asyncio.Event()
         """Set when a connection's last reply is written (or it is lost) while stopping."""
         self._server: asyncio.Server | None = None
-        self._idle_task: asyncio.Task[None] | None = None
         self.request_latency: dict[str, Histogram] = {}
         """Frame read to reply written, by `Reply.kind`, for every connection."""
+        self.idle_timeout_s = settings.idle_timeout_ms / 1000
+        self.memory = RequestMemory(settings.queued_max_request_bytes)
+        """Large requests being received or in flight, all connections together."""
+        self.connections_by_address: dict[str, int] = {}
+        """Open connections per client host (for `max_connections_per_address`)."""
+        self.connections_refused = 0
+        """Connections closed at once since start: a connection limit was reached."""
+        self._refused_unlogged = 0
+        self._refusal_log_at = float("-inf")
 
     def latency_for(self, kind: str) -> Histogram:
-        histogram = self.request_latency[kind] = self.stats.request_latency(
-            self.adapter.name, kind
-        )
+        histogram = self.request_latency[kind] = self.stats.request_latency(self.adapter.name, kind)
         return histogram
 
     def now(self) -> float:
@@ -480,8 +710,50 @@ class Listener:
         sweeps, the shutdown deadline), so an injected clock replaces this one method."""
         return self.loop.time()
 
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        """Run `callback` `delay_s` seconds from `now` (an idle timer)."""
+        return self.loop.call_later(max(delay_s, _IDLE_TIMER_MIN_S), callback)
+
     def new_connection(self) -> Connection:
         return Connection(self)
+
+    def admit(self, host: str) -> str | None:
+        """Count a new connection from `host` in, or say which limit refuses it."""
+        settings = self.settings
+        if len(self.connections) >= settings.max_connections:
+            return f"{len(self.connections)} connections open (max_connections)"
+        from_host = self.connections_by_address.get(host, 0)
+        if from_host >= settings.max_connections_per_address:
+            return f"{from_host} connections open from {host} (max_connections_per_address)"
+        self.connections_by_address[host] = from_host + 1
+        return None
+
+    def left(self, host: str) -> None:
+        """An admitted connection from `host` is gone."""
+        remaining = self.connections_by_address[host] - 1
+        if remaining:
+            self.connections_by_address[host] = remaining
+        else:
+            del self.connections_by_address[host]
+
+    def refused(self, peer: str, reason: str) -> None:
+        """Count a refused connection; log it, or leave it for the next line (at most one
+        per `_REFUSAL_LOG_PERIOD_S`: a client reconnecting in a loop cannot flood the log)."""
+        self.connections_refused += 1
+        self._refused_unlogged += 1
+        now_s = self.now()
+        if now_s - self._refusal_log_at < _REFUSAL_LOG_PERIOD_S:
+            return
+        log.warning(
+            "refusing %s connections: %s; closed at once the one from %s "
+            "(%d refused since the last such line)",
+            self.adapter.name,
+            reason,
+            peer,
+            self._refused_unlogged,
+        )
+        self._refused_unlogged = 0
+        self._refusal_log_at = now_s
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen; returns the bound address (the real port when `port` is 0)."""
@@ -497,21 +769,14 @@ class Listener:
             family=socket.AF_INET6 if ":" in host else socket.AF_INET,
         )
         bound = self._server.sockets[0].getsockname()
-        self._idle_task = self.loop.create_task(self._close_idle_forever())
         return bound[0], bound[1]
 
     def close_idle(self) -> None:
-        """One idle sweep over every connection."""
+        """Look at every connection now, as its idle timer would (for tests)."""
         now_s = self.now()
         idle_timeout_ms = self.settings.idle_timeout_ms
         for connection in list(self.connections):
             connection.check_idle(now_s, idle_timeout_ms)
-
-    async def _close_idle_forever(self) -> None:
-        period_s = idle_check_period_s(self.settings.idle_timeout_ms)
-        while True:
-            await asyncio.sleep(period_s)
-            self.close_idle()
 
     async def stop(self, timeout_s: float | None = None) -> None:
         """Stop accepting, let what is in flight finish (up to `timeout_s`, by default the
@@ -521,8 +786,6 @@ class Listener:
         self.stopping = True
         if self._server is not None:
             self._server.close()
-        if self._idle_task is not None:
-            self._idle_task.cancel()
         for connection in list(self.connections):
             connection.stop_reading()
         deadline = self.now() + timeout_s

@@ -1,12 +1,15 @@
 """Running a broker: start, announce, serve until a signal, stop in order.
 
 Start-up opens the data directory (recovering logs after a crash), binds the listener and
-only then prints the one line that says where it accepts connections, so whoever waits
-for that line (a test, a supervisor) can connect the moment it appears.
+every service, and only then prints the one line that says where it accepts connections,
+so whoever waits for that line (a test, a supervisor) can connect the moment it appears,
+and knows that the start can no longer fail. A start that fails says why in one line
+(`weirmq.server.startup`: a damaged state file, an address in use, named with its
+setting).
 
 Services (the HTTP admin API, later the web console) start after the Kafka listener, each
-announcing its own line: the Kafka port is ready first, and a service's imports never
-delay it (``weirmq serve`` opens the admin port at once and imports aiohttp and
+announcing its own line after the Kafka line: a service's imports never delay it
+(``weirmq serve`` opens the admin port at once and imports aiohttp and
 prometheus_client, ~16 MB and ~0.15 s, only on its first connection: see
 `weirmq.admin.deferred`). `server/` knows services only by the `Service` protocol; whoever
 runs the broker (the CLI, `weirmq.testing`) builds them. What start-up costs, and what is
@@ -40,6 +43,7 @@ from ..broker.core import Broker
 from ..protocols.kafka.dispatch import Dispatcher
 from ..settings import Settings, parse_host_port
 from .listener import KafkaServer
+from .startup import listener_error, open_broker
 
 log = logging.getLogger(__name__)
 
@@ -89,29 +93,33 @@ async def serve(
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     announce = announce or _print_line
-    broker = Broker(settings)
+    broker = open_broker(settings)
     started: list[Service] = []
     server: KafkaServer | None = None
     housekeeping: asyncio.Task[None] | None = None
     try:
         server = KafkaServer(Dispatcher(broker), settings)
         host, port = parse_host_port(settings.listen)
-        bound_host, bound_port = await server.start(host, port)
+        try:
+            bound_host, bound_port = await server.start(host, port)
+        except OSError as exc:
+            raise listener_error("Kafka listener", settings.listen, "listen", exc) from exc
         broker.advertised = (
             parse_host_port(settings.advertise) if settings.advertise else (bound_host, bound_port)
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, stop.set)
-        housekeeping = loop.create_task(_housekeeping(broker, settings))
-        announce(
-            f"weirmq: accepting Kafka connections on {format_address(bound_host, bound_port)}"
-        )
+        address = format_address(bound_host, bound_port)
+        lines = [f"weirmq: accepting Kafka connections on {address}"]
         for service in services:
             started.append(service)
             line = await service.start(broker)
             if line:
-                announce(line)
+                lines.append(line)
+        housekeeping = loop.create_task(_housekeeping(broker, settings))
+        for line in lines:  # only now: nothing after this can fail the start
+            announce(line)
         if ready is not None:
             ready(broker)
         await stop.wait()
