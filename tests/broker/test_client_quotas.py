@@ -91,3 +91,10 @@ def test_describe_matches_components(tmp_path: Path) -> None:
     assert len(names([(CLIENT, 2, None)], strict=True)) == 2
     with pytest.raises(InvalidQuotaError):
         names([("ip", 2, None)], strict=False)
+
+
+def test_limits_in_the_flow_controllers_units_follow_changes(tmp_path: Path) -> None:
+    quotas = ClientQuotas(tmp_path)
+    assert quotas.limits("app") == {}
+    _set(quotas, [(CLIENT, "app")], producer_byte_rate=1000, request_percentage=50)
+    assert quotas.limits("app") == {"produce_bytes": 1000.0, "request_time": 500.0}

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 QUOTAS_FILE: Final = "client-quotas.json"
 ENTITIES_MAX: Final = 10_000
+LIMITS_CACHED_MAX: Final = 10_000
+"""Clients whose resolved limits are cached (the cache is dropped whole past it)."""
 USER: Final = "user"
 CLIENT_ID: Final = "client-id"
 ENTITY_TYPES: Final = (USER, CLIENT_ID)
@@ -92,6 +94,7 @@ class ClientQuotas:
         self._entities: dict[Entity, dict[str, float]] = {}
         self.version = 0
         """Bumped on every change, for callers that cache resolved quotas."""
+        self._limits: dict[tuple[str, str], tuple[int, dict[str, float]]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -118,6 +121,23 @@ class ClientQuotas:
             if len(found) == len(KEYS):
                 break
         return found
+
+    def limits(self, client_id: str, user: str = ANONYMOUS) -> dict[str, float]:
+        """The flow controller's limits for a client (flow/quotas.py kinds, per second):
+        bytes for the byte rates, milliseconds of handler time for request_percentage
+        (100 percent = 1,000 ms per second). Cached until the quotas change."""
+        key = (client_id, user)
+        cached = self._limits.get(key)
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        limits = {
+            KEYS[name]: value * 10 if name == "request_percentage" else value
+            for name, value in self.resolve(client_id, user).items()
+        }
+        if len(self._limits) >= LIMITS_CACHED_MAX:
+            self._limits.clear()
+        self._limits[key] = (self.version, limits)
+        return limits
 
     def describe(
         self, components: Sequence[tuple[str, int, str | None]], *, strict: bool

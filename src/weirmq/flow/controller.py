@@ -106,6 +106,7 @@ class FlowController:
             charges.append(("produce_bytes", float(size_bytes)))
         elif kind is Kind.FETCH:
             charges.append(("fetch_bytes", float(size_bytes)))
+        charges.append(("request_time", 0.0))  # charged after handling: `handled`
         for quota_kind, amount in charges:
             asked = self.quotas.record(ctx.client_id, quota_kind, amount, now_ms)
             if asked > throttle:
@@ -125,6 +126,11 @@ class FlowController:
         if not throttle and not wait_for:
             return ADMIT
         return Decision(throttle, wait_for, reason)
+
+    def handled(self, ctx: RequestContext, elapsed_ms: float, now_ms: int) -> None:
+        """A request of `ctx`'s took `elapsed_ms` of handler time (Kafka's request quota
+        is a share of handler time: its throttle applies from the client's next request)."""
+        self.quotas.record(ctx.client_id, "request_time", elapsed_ms, now_ms)
 
     def ratios(self) -> Mapping[str, float]:
         """Each guarded resource's throttle ratio, for metrics."""

@@ -23,6 +23,7 @@ Sans I/O: every call takes `now_ms`.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -88,10 +89,17 @@ class QuotaTable:
     """Per client id and kind (produce bytes, fetch bytes, requests): a meter and its
     quota; see the module docstring."""
 
-    def __init__(self, window: QuotaWindow | None = None) -> None:
+    def __init__(
+        self,
+        window: QuotaWindow | None = None,
+        resolver: Callable[[str], Mapping[str, float]] | None = None,
+    ) -> None:
         self._window = window or QuotaWindow()
         self._quotas: dict[tuple[str | None, str], float] = {}
         """(client id, or None for the default, kind) -> units per second."""
+        self._resolver = resolver
+        """client id -> its quota per kind, when quotas are kept elsewhere (the broker's
+        store, broker/quotas.py); consulted before `set_quota`'s."""
         self._meters: OrderedDict[tuple[str, str], RateMeter] = OrderedDict()
 
     def set_quota(self, client_id: str | None, kind: str, per_second: float | None) -> None:
@@ -105,6 +113,10 @@ class QuotaTable:
             self._quotas[(client_id, kind)] = float(per_second)
 
     def quota(self, client_id: str, kind: str) -> float | None:
+        if self._resolver is not None:
+            resolved = self._resolver(client_id).get(kind)
+            if resolved is not None:
+                return resolved
         found = self._quotas.get((client_id, kind))
         return found if found is not None else self._quotas.get((None, kind))
 
