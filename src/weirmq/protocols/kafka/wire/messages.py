@@ -180,7 +180,9 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
     """The request body of `frame` from `offset`, as kio's dataclass for that version.
 
     The body's lengths are checked against the frame first (`bounds.check_bounds`): kio's
-    native reader would otherwise try to allocate whatever a malformed length claims."""
+    native reader would otherwise try to allocate whatever a malformed length claims. The
+    same walk refuses a null where the schema allows none, which kio would let through
+    as None into a field typed as a tuple or a string."""
     cls = request_class(api_key, version)
     buf = frame if isinstance(frame, bytes) else frame.toreadonly()
     try:
