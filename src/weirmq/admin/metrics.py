@@ -99,6 +99,7 @@ class BrokerCollector(Collector):
         yield from self._exchanges()
         yield from self._delays()
         yield from self._shares()
+        yield from self._flow()
 
     def _broker(self) -> Iterator[Metric]:
         broker = self.broker
@@ -369,6 +370,28 @@ class BrokerCollector(Collector):
         yield from gauges.values()
         yield oldest
         yield from counters.values()
+
+
+    def _flow(self) -> Iterator[Metric]:
+        flow = self.broker.flow
+        yield CounterMetricFamily(
+            f"{PREFIX}_throttled_requests",
+            "Requests answered with a throttle (a quota or a guarded resource asked one).",
+            value=flow.throttled_requests,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_throttle_seconds",
+            "Throttle time asked of clients, summed.",
+            value=flow.throttle_ms_total / 1000,
+        )
+        ratio = GaugeMetricFamily(
+            f"{PREFIX}_flow_throttle_ratio",
+            "Per guarded resource, 0 (free) to 1 (blocked): how hard producers are slowed.",
+            labels=["resource"],
+        )
+        for name, value in flow.ratios().items():
+            ratio.add_metric([name], value)
+        yield ratio
 
 
 def _buckets(cumulative: list[tuple[float, int]]) -> list[tuple[str, float]]:

@@ -35,6 +35,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import KafkaError
+from ..flow.controller import FlowController
+from ..flow.quotas import QuotaTable
 from ..groups import consumer as kip848
 from ..groups import share as kip932
 from ..groups.classic import ClassicSettings
@@ -68,6 +70,7 @@ from .partition import (
     read_producer_snapshots,
     wait_any,
 )
+from .quotas import ClientQuotas
 from .shares import SHARE_STATE_TOPIC, ShareService
 from .stats import BrokerStats
 from .timers import LoopTimers
@@ -146,6 +149,11 @@ class Broker:
         self.closing = False
         self.started_ms = self.clock()
         self.group_configs = GroupConfigs(data_dir, settings)
+        self.client_quotas = ClientQuotas(data_dir)
+        self.flow = FlowController(
+            QuotaTable(resolver=self.client_quotas.limits, any_resolved=self.client_quotas.any)
+        )
+        """Back-pressure for every protocol (flow/): client quotas and guarded resources."""
         self.shares = ShareService(self, self.group_configs)
         self.groups = GroupCoordinator(
             coordinator_settings(settings),

@@ -213,6 +213,10 @@ class ClientQuotas:
         ]
         write_atomically(self._path, json.dumps({"version": 1, "entities": rows}).encode())
 
+    def any(self) -> bool:
+        """Whether any quota is set."""
+        return bool(self._entities)
+
     def entities(self) -> Mapping[Entity, dict[str, float]]:
         return dict(self._entities)
 

@@ -92,6 +92,11 @@ class FlowController:
 
     # --- deciding -----------------------------------------------------------------------
 
+    @property
+    def idle(self) -> bool:
+        """Nothing guarded and no quota: every request is admitted as it is."""
+        return not self.gauges and not self.quotas.any()
+
     def decide(
         self,
         ctx: RequestContext,
@@ -105,7 +110,7 @@ class FlowController:
         if kind is Kind.PRODUCE:
             charges.append(("produce_bytes", float(size_bytes)))
         elif kind is Kind.FETCH:
-            charges.append(("fetch_bytes", float(size_bytes)))
+            charges.append(("fetch_bytes", 0.0))  # charged with the answer's size, after
         charges.append(("request_time", 0.0))  # charged after handling: `handled`
         for quota_kind, amount in charges:
             asked = self.quotas.record(ctx.client_id, quota_kind, amount, now_ms)

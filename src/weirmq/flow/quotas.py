@@ -93,6 +93,7 @@ class QuotaTable:
         self,
         window: QuotaWindow | None = None,
         resolver: Callable[[str], Mapping[str, float]] | None = None,
+        any_resolved: Callable[[], bool] | None = None,
     ) -> None:
         self._window = window or QuotaWindow()
         self._quotas: dict[tuple[str | None, str], float] = {}
@@ -100,7 +101,17 @@ class QuotaTable:
         self._resolver = resolver
         """client id -> its quota per kind, when quotas are kept elsewhere (the broker's
         store, broker/quotas.py); consulted before `set_quota`'s."""
+        self._any_resolved = any_resolved
+        """Whether the resolver has any quota at all (None: assume it may)."""
         self._meters: OrderedDict[tuple[str, str], RateMeter] = OrderedDict()
+
+    def any(self) -> bool:
+        """Whether any quota is set: none means nothing to measure (the fast path)."""
+        if self._quotas:
+            return True
+        if self._resolver is None:
+            return False
+        return self._any_resolved is None or self._any_resolved()
 
     def set_quota(self, client_id: str | None, kind: str, per_second: float | None) -> None:
         """Set (or with None remove) the quota of a client id, or of every client

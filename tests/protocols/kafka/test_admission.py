@@ -4,7 +4,7 @@ response, whatever the API and whichever encoder (kio's or the hand-written ones
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from test_handlers import (
     resolve,
 )
 
-from weirmq.flow.admission import ADMIT, Admission, Decision
+from weirmq.flow.admission import ADMIT, Admission, Decision, Kind
 from weirmq.protocols.kafka.dispatch import Dispatcher
 from weirmq.settings import Settings
 from weirmq.testing.records import make_batch
@@ -34,10 +34,18 @@ class Throttling(Admission):
     """Throttles every request and remembers who asked."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[RequestContext, int]] = []
+        super().__init__()
+        self.asked: list[tuple[RequestContext, int, Kind, list[str]]] = []
 
-    def admit(self, ctx: RequestContext, size_bytes: int, now_ms: int) -> Decision:
-        self.asked.append((ctx, size_bytes))
+    def admit(
+        self,
+        ctx: RequestContext,
+        size_bytes: int,
+        now_ms: int,
+        kind: Kind = Kind.OTHER,
+        topics: Iterable[str] = (),
+    ) -> Decision:
+        self.asked.append((ctx, size_bytes, kind, list(topics)))
         return Decision(throttle_ms=THROTTLE_MS)
 
 
@@ -73,6 +81,8 @@ def test_every_response_carries_the_admission_s_throttle(
     frame = request_frame(api_key, version, data)
     response = decode_reply(api_key, version, resolve(client.dispatcher.handle(frame, "/10.0.0.7")))
     assert response.throttle_time.total_seconds() * 1000 == THROTTLE_MS
-    (ctx, size), *_ = admission.asked
+    (ctx, size, kind, topics), *_ = admission.asked
     assert (ctx.client_id, ctx.host, ctx.protocol) == ("test-client", "/10.0.0.7", "kafka")
     assert size == len(frame)
+    expected = {PRODUCE: (Kind.PRODUCE, ["t"]), FETCH: (Kind.FETCH, [])}
+    assert (kind, topics) == expected.get(api_key, (Kind.OTHER, []))

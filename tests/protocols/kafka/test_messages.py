@@ -842,6 +842,27 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
             }
         ],
     },
+    48: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "entries": [
+            {
+                "entity": [{"entity_type": "client-id", "entity_name": "app"}],
+                "values": [{"key": "producer_byte_rate", "value": 1024.0}],
+            }
+        ],
+    },
+    49: {
+        "throttle_time": 0,
+        "entries": [
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "entity": [{"entity_type": "client-id", "entity_name": None}],
+            }
+        ],
+    },
     76: {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

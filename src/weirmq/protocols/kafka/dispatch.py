@@ -20,7 +20,11 @@ with the highest version we listed.
 
 Every other request is admitted by `flow.admission` first, with the request's context
 (client id, host) that the handler also gets: the decision's throttle is written into
-the response's `throttle_time_ms` here, in one place, and no handler sets it.
+the response's `throttle_time_ms` here, in one place, and no handler sets it. A Fetch's
+answer is charged to the client's consumer byte-rate quota once its size is known, and
+every request's handler time to its request quota. A throttled response is held back by
+its throttle (KIP-219), on the broker's timers, so that a client that ignores the field
+is slowed all the same; acks=0 produces, which get no response, are not held.
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from ...broker.core import Broker
+from ...broker.partition import wait_any
 from ...errors import ErrorCode
-from ...flow.admission import Admission
+from ...flow.admission import Admission, Kind
 from ...types import RequestContext
 from ..contract import CloseConnection as CloseConnection
 from ..contract import Reply as Reply
 from . import requests
 from .apis import admin
 from .apis import groups as group_apis
+from .apis import quotas as quota_apis
 from .apis import share as share_apis
 from .apis.fetch import handle_fetch
 from .apis.metadata import handle_init_producer_id, handle_metadata
@@ -100,6 +106,8 @@ API_VERSIONS: dict[int, Api] = {
     42: Api(0, 2, group_apis.handle_delete_groups),
     44: Api(0, 1, admin.handle_incremental_alter_configs),
     47: Api(0, 0, group_apis.handle_offset_delete),
+    48: Api(0, 1, quota_apis.handle_describe_client_quotas),
+    49: Api(0, 1, quota_apis.handle_alter_client_quotas),
     60: Api(0, 2, admin.handle_describe_cluster),
     68: Api(0, 1, group_apis.handle_consumer_group_heartbeat),
     69: Api(0, 1, group_apis.handle_consumer_group_describe),
@@ -127,7 +135,7 @@ class Dispatcher:
 
     def __init__(self, broker: Broker, admission: Admission | None = None) -> None:
         self.broker = broker
-        self.admission = admission or Admission()
+        self.admission = admission or Admission(broker.flow)
         """Asked once per request; its throttle is stamped on the response (`_reply`)."""
 
     def handle(self, frame: bytes | memoryview, peer_host: str = "") -> Outcome:
@@ -162,21 +170,52 @@ class Dispatcher:
         except messages.DecodeError as exc:
             raise CloseConnection(str(exc)) from exc
         ctx = RequestContext(header.client_id or "", peer_host, "kafka")
-        throttle_ms = self.admission.admit(ctx, len(frame), self.broker.clock()).throttle_ms
+        if key == PRODUCE_KEY:
+            kind, topics = Kind.PRODUCE, [t.name for t in request.topic_data]
+        else:
+            kind, topics = (Kind.FETCH if key == FETCH_KEY else Kind.OTHER), []
+        admission = self.admission
+        throttle_ms = admission.admit(
+            ctx, len(frame), self.broker.clock(), kind, topics
+        ).throttle_ms
         result = api.handler(self.broker, request, version, ctx)
         if result is None:
-            self._observe(key, started)
+            self._observe(key, started, ctx)
             return None
         if isinstance(result, dict):
+            throttle_ms = max(throttle_ms, self._fetched(key, ctx, result))
             reply = _reply(key, version, header.correlation_id, result, throttle_ms)
-            self._observe(key, started)
-            return reply
-        return self._finish(result, key, version, header.correlation_id, started, throttle_ms)
+            self._observe(key, started, ctx)
+            return reply if throttle_ms <= 0 else self._held(reply, throttle_ms)
+        return self._finish(result, key, version, header.correlation_id, started, throttle_ms, ctx)
 
-    def _observe(self, key: int, started: float) -> None:
+    def _fetched(self, key: int, ctx: RequestContext, result: dict[str, Any]) -> int:
+        """A Fetch's answer charged to the client's consumer byte rate; its throttle."""
+        if key != FETCH_KEY:
+            return 0
+        size = sum(len(p["records"]) for topic in result["responses"] for p in topic["partitions"])
+        return self.admission.fetched(ctx, size, self.broker.clock()) if size else 0
+
+    def _held(self, reply: Reply, throttle_ms: int) -> Awaitable[Reply]:
+        """The reply, once `throttle_ms` has passed on the broker's clock (KIP-219)."""
+        broker = self.broker
+        deadline_ms = broker.clock() + throttle_ms
+
+        async def held() -> Reply:
+            waiting = wait_any([], deadline_ms, broker.timers, broker.clock)
+            if waiting is not None and not broker.closing:
+                await waiting
+            return reply
+
+        return held()
+
+    def _observe(self, key: int, started: float, ctx: RequestContext | None = None) -> None:
         stats = self.broker.stats.api(key)
         stats.requests += 1
-        stats.latency.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        stats.latency.observe(elapsed)
+        if ctx is not None:
+            self.admission.handled(ctx, elapsed * 1000, self.broker.clock())
 
     async def _finish(
         self,
@@ -186,12 +225,17 @@ class Dispatcher:
         correlation_id: int,
         started: float,
         throttle_ms: int,
+        ctx: RequestContext,
     ) -> Reply | None:
         result = await pending
-        reply = (
-            None if result is None else _reply(key, version, correlation_id, result, throttle_ms)
-        )
-        self._observe(key, started)
+        if result is None:
+            self._observe(key, started, ctx)
+            return None
+        throttle_ms = max(throttle_ms, self._fetched(key, ctx, result))
+        reply = _reply(key, version, correlation_id, result, throttle_ms)
+        self._observe(key, started, ctx)
+        if throttle_ms > 0:
+            return await self._held(reply, throttle_ms)
         return reply
 
     def _api_versions(

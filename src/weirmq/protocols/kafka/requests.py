@@ -399,6 +399,41 @@ class ConsumerGroupDescribeRequest(Protocol):
     group_ids: Sequence[str]
 
 
+# --- client quotas (48, 49) -----------------------------------------------------------------
+
+
+class QuotaComponent(Protocol):
+    entity_type: str
+    match_type: int
+    match: str | None
+
+
+class DescribeClientQuotasRequest(Protocol):
+    components: Sequence[QuotaComponent]
+    strict: bool
+
+
+class QuotaEntity(Protocol):
+    entity_type: str
+    entity_name: str | None
+
+
+class QuotaOp(Protocol):
+    key: str
+    value: float
+    remove: bool
+
+
+class QuotaEntry(Protocol):
+    entity: Sequence[QuotaEntity]
+    ops: Sequence[QuotaOp]
+
+
+class AlterClientQuotasRequest(Protocol):
+    entries: Sequence[QuotaEntry]
+    validate_only: bool
+
+
 # --- share groups (76-79, KIP-932) ---------------------------------------------------------
 
 
@@ -583,6 +618,8 @@ PROTOCOLS: Mapping[int, type[Any]] = {
     16: ListGroupsRequest,
     42: DeleteGroupsRequest,
     47: OffsetDeleteRequest,
+    48: DescribeClientQuotasRequest,
+    49: AlterClientQuotasRequest,
     68: ConsumerGroupHeartbeatRequest,
     69: ConsumerGroupDescribeRequest,
     76: ShareGroupHeartbeatRequest,
