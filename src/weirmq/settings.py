@@ -301,6 +301,12 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
     ),
     # Connection and memory bounds of the connection pump (issue 20), kept together.
     SettingSpec(
+        "disk_free_min_bytes", INTEGER, None,
+        "below this much free space on the data directory's file system publishes are "
+        "refused (KAFKA_STORAGE_ERROR), and producers are slowed from twice it",
+        minimum=0, maximum=INT64_MAX,
+    ),
+    SettingSpec(
         "queued_max_request_bytes", INTEGER, "queued.max.request.bytes",
         "bytes all connections together may hold in large requests being received or in "
         "flight; beyond it connections stop reading",
@@ -471,6 +477,8 @@ class Settings:
     idle_timeout_ms: int = 600000
     """connections.max.idle.ms."""
     # Connection and memory bounds of the connection pump (issue 20), kept together.
+    disk_free_min_bytes: int = 100 * 1024 * 1024
+    """Publishes are refused below this much free disk (broker/resources.py)."""
     queued_max_request_bytes: int = 256 * 1024 * 1024
     """queued.max.request.bytes: large requests being received or in flight, all
     connections together."""

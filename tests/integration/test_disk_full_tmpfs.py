@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,3 +213,51 @@ def test_internal_topics_are_refused_to_admin_clients(disk_broker: BrokerProcess
         next(iter(deleting.values())).result(timeout=20)
     assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
     assert committed_offset(bootstrap, "g") == 1
+
+
+def _take_all_but(disk: Path, filler: Path, free_bytes: int) -> None:
+    """Grow the filler file until the file system has `free_bytes` left (zeros written,
+    so tmpfs really allocates them)."""
+    stat = os.statvfs(disk)
+    grow = stat.f_bavail * stat.f_frsize - free_bytes
+    with filler.open("ab", buffering=0) as out:
+        while grow > 0:
+            grow -= out.write(b"\0" * min(grow, 1 << 20))
+
+
+def test_below_the_free_space_floor_publishes_are_refused_then_resume(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """The floor (`disk_free_min_bytes`) refuses publishes before the disk is full, with
+    KAFKA_STORAGE_ERROR; reads go on; publishing resumes by itself once space is back."""
+    floor = 2 << 20  # 2 MiB of the 8 MiB file system
+    broker = BrokerProcess(
+        small_disk / "data", tmp_path / "logs", env={"WEIRMQ_DISK_FREE_MIN_BYTES": str(floor)}
+    )
+    broker.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(10)
+        assert produce(broker.bootstrap, [b"before"])[0] is None
+        filler = small_disk / "filler"
+        _take_all_but(small_disk, filler, floor // 2)  # below the floor
+        refused: list[KafkaError | None] = []
+        for _ in range(100):  # measured once a second: wait for the broker to notice
+            refused = produce(broker.bootstrap, [b"refused"])
+            if refused[0] is not None:  # (a KafkaError must not be compared with None)
+                break
+            time.sleep(0.1)
+        assert refused[0] is not None
+        assert refused[0].code() == KafkaError.KAFKA_STORAGE_ERROR
+        assert read_all(broker.bootstrap, 1)[0] == b"before"
+        os.truncate(filler, 0)  # space is back
+        resumed: list[KafkaError | None] = []
+        for _ in range(100):
+            resumed = produce(broker.bootstrap, [b"after"])
+            if resumed[0] is None:
+                break
+            time.sleep(0.1)
+        assert resumed[0] is None
+        assert "Traceback" not in broker.stderr_tail()
+    finally:
+        broker.close()

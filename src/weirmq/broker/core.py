@@ -71,6 +71,7 @@ from .partition import (
     wait_any,
 )
 from .quotas import ClientQuotas
+from .resources import ResourceGuard
 from .shares import SHARE_STATE_TOPIC, ShareService
 from .stats import BrokerStats
 from .timers import LoopTimers
@@ -153,6 +154,8 @@ class Broker:
         self.flow = FlowController(
             QuotaTable(resolver=self.client_quotas.limits, any_resolved=self.client_quotas.any)
         )
+        self.resources = ResourceGuard(data_dir, settings, self.flow, self.logs)
+        """Free disk and request memory, sampled into the flow controller's gauges."""
         """Back-pressure for every protocol (flow/): client quotas and guarded resources."""
         self.shares = ShareService(self, self.group_configs)
         self.groups = GroupCoordinator(

@@ -275,6 +275,9 @@ class Partition:
 
     def publish(self, records: bytes | memoryview, durability: Durability) -> Published:
         """Append one producer batch; see the module docstring. Raises KafkaError."""
+        refusal = self.logs.publish_refusal
+        if refusal is not None:
+            raise StorageError(refusal)
         headers = validate_batches(records, max_batch_bytes=self.log.config.max_message_bytes)
         if len(headers) != 1:
             raise NotOneBatchError(f"a write must carry exactly one batch, got {len(headers)}")

@@ -94,8 +94,11 @@ class FlowController:
 
     @property
     def idle(self) -> bool:
-        """Nothing guarded and no quota: every request is admitted as it is."""
-        return not self.gauges and not self.quotas.any()
+        """No quota, and every guarded resource free: every request is admitted as it is
+        (the fast path: nothing to measure)."""
+        return not self.quotas.any() and all(
+            gauge.state is Pressure.FREE for gauge in self.gauges.values()
+        )
 
     def decide(
         self,
@@ -106,12 +109,13 @@ class FlowController:
         topics: Iterable[str] = (),
     ) -> Decision:
         throttle, reason = 0, None
-        charges: list[tuple[str, float]] = [("request", 1.0)]
-        if kind is Kind.PRODUCE:
+        charges: list[tuple[str, float]] = [] if not self.quotas.any() else [("request", 1.0)]
+        if charges and kind is Kind.PRODUCE:
             charges.append(("produce_bytes", float(size_bytes)))
-        elif kind is Kind.FETCH:
+        elif charges and kind is Kind.FETCH:
             charges.append(("fetch_bytes", 0.0))  # charged with the answer's size, after
-        charges.append(("request_time", 0.0))  # charged after handling: `handled`
+        if charges:
+            charges.append(("request_time", 0.0))  # charged after handling: `handled`
         for quota_kind, amount in charges:
             asked = self.quotas.record(ctx.client_id, quota_kind, amount, now_ms)
             if asked > throttle:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..broker.core import Broker
+from ..broker.resources import RESOURCE_SAMPLE_MS
 from ..protocols.kafka.dispatch import Dispatcher
 from ..settings import Settings, parse_host_port
 from .listener import KafkaServer
@@ -117,7 +118,7 @@ async def serve(
             line = await service.start(broker)
             if line:
                 lines.append(line)
-        housekeeping = loop.create_task(_housekeeping(broker, settings))
+        housekeeping = loop.create_task(_housekeeping(broker, settings, server))
         for line in lines:  # only now: nothing after this can fail the start
             announce(line)
         if ready is not None:
@@ -148,10 +149,24 @@ def _print_line(line: str) -> None:
     sys.stdout.flush()
 
 
-async def _housekeeping(broker: Broker, settings: Settings) -> None:
+async def _housekeeping(broker: Broker, settings: Settings, server: KafkaServer) -> None:
+    """Retention and the like every `housekeeping_interval_ms`; the guarded resources
+    (free disk, request memory) every `RESOURCE_SAMPLE_MS`."""
+    sample_s = RESOURCE_SAMPLE_MS / 1000
+    due = settings.housekeeping_interval_ms / 1000
     while True:
-        await asyncio.sleep(settings.housekeeping_interval_ms / 1000)
+        await asyncio.sleep(sample_s)
+        try:
+            broker.resources.sample(server.memory.used_bytes)
+        except Exception:
+            log.exception("sampling the guarded resources failed")
+        due -= sample_s
+        if due > 0:
+            continue
+        due = settings.housekeeping_interval_ms / 1000
         try:
             broker.housekeeping()
         except Exception:
             log.exception("housekeeping failed")
+
+

@@ -113,6 +113,9 @@ class LogManager:
         self.disk_full = False
         """Whether the last periodic write failed for lack of space (logged once per episode,
         and again when it clears)."""
+        self.publish_refusal: str | None = None
+        """Why client publishes are refused now (free space below the broker's floor,
+        broker/resources.py), None when they are not; the broker's own writes go on."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._load()
         self.committer = GroupCommitter(
