@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from weirmq.server.startup import StartupError
 from weirmq.settings import SettingsError
 from weirmq.testing import Broker
 
@@ -94,7 +95,8 @@ def test_a_bad_setting_is_raised_in_the_callers_thread() -> None:
 def test_a_start_failure_on_the_broker_thread_is_raised_to_the_caller(tmp_path: Path) -> None:
     not_a_directory = tmp_path / "file"
     not_a_directory.write_text("x")
-    with pytest.raises(OSError):
+    # The start-up layer names the file it could not read (one line, no traceback).
+    with pytest.raises(StartupError, match="Not a directory"):
         Broker(data_dir=not_a_directory).start()
 
 

@@ -700,11 +700,19 @@ def _declare_exchange(target: Target, name: str, specs: list[str]) -> None:
     topics += [NewTopic(f"route-{i}", 1, 1) for i in range(ROUTING_DESTINATIONS)]
     for future in admin.create_topics(topics, operation_timeout=60).values():
         future.result()
-    entry = ConfigEntry("weirmq.exchange.bindings", ",".join(specs),
-                        incremental_operation=AlterConfigOpType.SET)
-    resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[entry])
-    for future in admin.incremental_alter_configs([resource], request_timeout=120).values():
-        future.result()
+    # A config value is a Kafka string, 32,767 bytes at most: the bindings go in chunks,
+    # each APPENDed to the list.
+    chunks: list[list[str]] = [[]]
+    for spec in specs:
+        if sum(len(s) + 1 for s in chunks[-1]) + len(spec) > 30_000:
+            chunks.append([])
+        chunks[-1].append(spec)
+    for chunk in chunks:
+        entry = ConfigEntry("weirmq.exchange.bindings", ",".join(chunk),
+                            incremental_operation=AlterConfigOpType.APPEND)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[entry])
+        for future in admin.incremental_alter_configs([resource], request_timeout=120).values():
+            future.result()
 
 
 def _routed_records(target: Target) -> int:
