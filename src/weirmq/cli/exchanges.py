@@ -53,7 +53,15 @@ from weirmq.cli.clients import (
     topic_metadata,
     wait_for,
 )
-from weirmq.cli.output import Column, note, plural, print_json, print_line, print_table
+from weirmq.cli.output import (
+    Column,
+    note,
+    plural,
+    print_json,
+    print_line,
+    print_table,
+    report_deleted,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -930,9 +938,4 @@ def delete_command(name: str, if_exists: bool, bootstrap: Bootstrap, as_json: bo
         if not (if_exists and exc.error_name == UNKNOWN_TOPIC):
             raise
         deleted = False
-    if as_json:
-        print_json({"name": name, "deleted": deleted})
-    elif deleted:
-        print_line(f"Deleted exchange {name}.")
-    else:
-        note(f"exchange {name!r} does not exist")
+    report_deleted("exchange", name, deleted, as_json)

@@ -166,3 +166,13 @@ def _progress_columns(total: float | None, unit: str) -> list[Any]:
         return [SpinnerColumn(), TextColumn("{task.description}"), count, TimeElapsedColumn()]
     counter = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
     return [TextColumn("{task.description}"), BarColumn(), counter, TimeElapsedColumn()]
+
+
+def report_deleted(kind: str, name: str, deleted: bool, as_json: bool) -> None:
+    """What a `delete --if-exists` command prints: the JSON document, or one line."""
+    if as_json:
+        print_json({"name": name, "deleted": deleted})
+    elif deleted:
+        print_line(f"Deleted {kind} {name}.")
+    else:
+        note(f"{kind} {name!r} does not exist")

@@ -30,7 +30,15 @@ from weirmq.cli.clients import (
     wait_for,
 )
 from weirmq.cli.formats import parse_assignments
-from weirmq.cli.output import Column, note, plural, print_json, print_line, print_table
+from weirmq.cli.output import (
+    Column,
+    note,
+    plural,
+    print_json,
+    print_line,
+    print_table,
+    report_deleted,
+)
 
 if TYPE_CHECKING:
     from weirmq.cli.kafka_admin import AdminClient, ConfigEntry, TopicMetadata
@@ -387,9 +395,4 @@ def delete_command(name: str, if_exists: bool, bootstrap: Bootstrap, as_json: bo
         if not (if_exists and exc.error_name == UNKNOWN_TOPIC):
             raise
         deleted = False
-    if as_json:
-        print_json({"name": name, "deleted": deleted})
-    elif deleted:
-        print_line(f"Deleted topic {name}.")
-    else:
-        note(f"topic {name!r} does not exist")
+    report_deleted("topic", name, deleted, as_json)

@@ -60,7 +60,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Final
+from typing import Any, Final, Protocol, TypeVar
 
 from ..errors import ErrorCode
 from ..types import TopicPartition
@@ -831,20 +831,10 @@ class ConsumerGroup:
         self._move(self._derive())
 
     def _move(self, state: GroupState) -> None:
-        if state is self._state:
-            return
-        assert state in TRANSITIONS[self._state].leads_to, (
-            f"group {self._group_id!r}: {self._state.value} may not become {state.value}"
-        )
-        self._state = state
+        self._state = checked_move(TRANSITIONS, self._group_id, self._state, state)
 
     def _require(self, event: GroupEvent) -> None:
-        if event in TRANSITIONS[self._state].accepts:
-            return
-        dead = self._state is GroupState.DEAD
-        code = ErrorCode.group_id_not_found if dead else ErrorCode.non_empty_group
-        state = self._state.value
-        raise GroupError(code, f"{event.value} refused: group {self._group_id!r} is {state}")
+        require_event(TRANSITIONS, self._group_id, self._state, event, GroupState.DEAD)
 
     def _topic_names(self) -> dict[uuid.UUID, str]:
         return topic_names(self._topics)
@@ -898,6 +888,40 @@ def _partitions(by_topic: Mapping[uuid.UUID, tuple[int, ...]] | None) -> Partiti
     if by_topic is None:
         return None
     return frozenset((topic_id, p) for topic_id, ps in by_topic.items() for p in ps)
+
+
+StateT = TypeVar("StateT", bound=Enum)
+
+
+class _TableRow(Protocol):
+    @property
+    def accepts(self) -> frozenset[Any]: ...
+
+    @property
+    def leads_to(self) -> frozenset[Any]: ...
+
+
+def checked_move(
+    table: Mapping[Any, _TableRow], group_id: str, current: StateT, target: StateT
+) -> StateT:
+    """`target`, once the table allows `current` to become it (a move outside the table
+    is a bug: asserted). Shared by the KIP-848 and share group state machines."""
+    if target is not current:
+        assert target in table[current].leads_to, (
+            f"group {group_id!r}: {current.value} may not become {target.value}"
+        )
+    return target
+
+
+def require_event(
+    table: Mapping[Any, _TableRow], group_id: str, state: Enum, event: Enum, dead: Enum
+) -> None:
+    """Refuse an event the table does not accept in `state`: GROUP_ID_NOT_FOUND for a dead
+    group, NON_EMPTY_GROUP otherwise (the only other refusal is deleting a live group)."""
+    if event in table[state].accepts:
+        return
+    code = ErrorCode.group_id_not_found if state is dead else ErrorCode.non_empty_group
+    raise GroupError(code, f"{event.value} refused: group {group_id!r} is {state.value}")
 
 
 def topic_names(topics: Mapping[str, TopicInfo]) -> dict[uuid.UUID, str]:

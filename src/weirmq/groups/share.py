@@ -78,7 +78,9 @@ from .consumer import (
     assigned_by_name,
     assigned_by_topic_id,
     assigned_topics,
+    checked_move,
     invalid_request,
+    require_event,
     topic_names,
 )
 from .errors import GroupError
@@ -476,20 +478,10 @@ class ShareGroup:
         self._move(self._derive())
 
     def _move(self, state: ShareGroupState) -> None:
-        if state is self._state:
-            return
-        assert state in TRANSITIONS[self._state].leads_to, (
-            f"share group {self._group_id!r}: {self._state.value} may not become {state.value}"
-        )
-        self._state = state
+        self._state = checked_move(TRANSITIONS, self._group_id, self._state, state)
 
     def _require(self, event: ShareGroupEvent) -> None:
-        if event in TRANSITIONS[self._state].accepts:
-            return
-        dead = self._state is ShareGroupState.DEAD
-        code = ErrorCode.group_id_not_found if dead else ErrorCode.non_empty_group
-        state = self._state.value
-        raise GroupError(code, f"{event.value} refused: group {self._group_id!r} is {state}")
+        require_event(TRANSITIONS, self._group_id, self._state, event, ShareGroupState.DEAD)
 
     def _topic_names(self) -> dict[uuid.UUID, str]:
         return topic_names(self._topics)

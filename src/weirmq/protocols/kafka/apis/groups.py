@@ -44,6 +44,7 @@ from ....groups.classic import (
 )
 from ....groups.coordinator import CommitRequest
 from ....groups.errors import GroupError
+from ....groups.share import ShareGroupDescription
 from ....groups.views import (
     AssignedTopic,
     ClassicDescription,
@@ -622,6 +623,14 @@ def described_error(group_id: str, exc: GroupError) -> dict[str, Any]:
 
 
 def _consumer_group_entry(group: ConsumerGroupDescription) -> dict[str, Any]:
+    return described_entry(group, [_consumer_member(m) for m in group.members])
+
+
+def described_entry(
+    group: ConsumerGroupDescription | ShareGroupDescription, members: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A group ConsumerGroupDescribe or ShareGroupDescribe describes (the two responses
+    share this shape; their members differ)."""
     return {
         "error_code": ErrorCode.none,
         "error_message": None,
@@ -630,7 +639,7 @@ def _consumer_group_entry(group: ConsumerGroupDescription) -> dict[str, Any]:
         "group_epoch": group.group_epoch,
         "assignment_epoch": group.assignment_epoch,
         "assignor_name": group.assignor,
-        "members": [_consumer_member(m) for m in group.members],
+        "members": members,
         "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
 

@@ -53,8 +53,7 @@ from ..requests import (
     ShareGroupDescribeRequest,
     ShareGroupHeartbeatRequest,
 )
-from .groups import assignment_entry, described_error
-from .metadata import AUTHORIZED_OPERATIONS_OMITTED
+from .groups import assignment_entry, described_entry, described_error
 
 if TYPE_CHECKING:
     from ....broker.core import Broker
@@ -130,17 +129,7 @@ def handle_share_group_describe(
 
 
 def _described(group: ShareGroupDescription) -> dict[str, Any]:
-    return {
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "group_id": group.group_id,
-        "group_state": group.state,
-        "group_epoch": group.group_epoch,
-        "assignment_epoch": group.assignment_epoch,
-        "assignor_name": group.assignor,
-        "members": [_member(m) for m in group.members],
-        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-    }
+    return described_entry(group, [_member(m) for m in group.members])
 
 
 def _member(member: ShareMemberDescription) -> dict[str, Any]:
