@@ -135,9 +135,25 @@ def test_a_blocked_backlog_makes_publishes_to_its_topic_wait() -> None:
     assert waiting.wait_for == {"backlog:orders"}
     assert waiting.throttle_ms == PRESSURE_THROTTLE_MS_MAX
     assert flow.decide(CTX, Kind.PRODUCE, 10, 0, ["other"]) is ADMIT
-    flow.update("backlog:orders", 1000)
+    flow.update("backlog:orders", 900)
     assert flow.decide(CTX, Kind.PRODUCE, 10, 0, ["orders"]) is ADMIT
     assert flow.throttled_requests == 1
+    assert flow.gauges["backlog:orders"].level == 910, "an admitted publish is charged"
+    flow.decide(CTX, Kind.PRODUCE, 1100, 0, ["orders"])
+    assert flow.blocked(["backlog:orders"]), "not blocked once admitted publishes reach it"
+
+
+def test_a_refusing_resource_throttles_but_never_makes_publishes_wait() -> None:
+    flow = FlowController()
+    flow.guard("disk", Watermarks(1000, 2000), refuse=True)
+    flow.update("disk", 2500)
+    decision = flow.decide(CTX, Kind.PRODUCE, 10, 0, [])
+    assert decision.throttle_ms == PRESSURE_THROTTLE_MS_MAX and not decision.wait_for
+    assert flow.blocked(["disk"]) == {"disk"}
+    flow.unguard("disk")
+    flow.guard("disk", Watermarks(1000, 2000))  # guarded again, without refuse
+    flow.update("disk", 2500)
+    assert flow.decide(CTX, Kind.PRODUCE, 10, 0, []).wait_for == {"disk"}
 
 
 def test_the_largest_throttle_wins() -> None:

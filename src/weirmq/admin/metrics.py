@@ -392,6 +392,26 @@ class BrokerCollector(Collector):
         for name, value in flow.ratios().items():
             ratio.add_metric([name], value)
         yield ratio
+        level = GaugeMetricFamily(
+            f"{PREFIX}_flow_level",
+            "Per guarded resource, its level in its unit (bytes): budget use.",
+            labels=["resource"],
+        )
+        limit = GaugeMetricFamily(
+            f"{PREFIX}_flow_limit",
+            "Per guarded resource, the level at which publishes are held back.",
+            labels=["resource"],
+        )
+        for name, gauge in sorted(flow.gauges.items()):
+            level.add_metric([name], gauge.level)
+            limit.add_metric([name], gauge.marks.high)
+        yield level
+        yield limit
+        yield CounterMetricFamily(
+            f"{PREFIX}_refused_publishes",
+            "Publishes refused after waiting their whole timeout for a blocked resource.",
+            value=flow.refused_publishes,
+        )
 
 
 def _buckets(cumulative: list[tuple[float, int]]) -> list[tuple[str, float]]:

@@ -172,9 +172,38 @@ def _broker() -> Schema:
             ),
             "topics": _integer(),
             "partitions": _integer(),
+            "flow": _FLOW,
             "settings": _ref("Settings"),
         }
     )
+
+
+_FLOW = _object(
+    {
+        "resources": {
+            "type": "array",
+            "description": "The guarded resources (memory, disk, backlog:TOPIC), by name.",
+            "items": _object(
+                {
+                    "name": _STRING,
+                    "state": {"type": "string", "enum": ["free", "throttled", "blocked"]},
+                    "level": {**_integer(), "description": "In the resource's unit (bytes)."},
+                    "low": {**_integer(), "description": "Throttling starts above this."},
+                    "high": {**_integer(), "description": "Publishes are held back here."},
+                    "resume": {**_integer(), "description": "A blocked resource frees here."},
+                    "ratio": {"type": "number", "minimum": 0, "maximum": 1},
+                }
+            ),
+        },
+        "throttled_requests_total": _integer(),
+        "throttle_seconds_total": {"type": "number", "minimum": 0},
+        "refused_publishes_total": {
+            **_integer(),
+            "description": "Publishes refused after waiting their timeout for a resource.",
+        },
+    },
+    "Back-pressure: the flow controller's resources and what it asked of clients.",
+)
 
 
 _TOPIC_SUMMARY_PROPERTIES: dict[str, Schema] = {

@@ -133,7 +133,29 @@ def broker_document(broker: Broker) -> JsonObject:
         },
         "topics": len(broker.topics),
         "partitions": sum(topic.partitions for topic in broker.topics),
+        "flow": flow_document(broker),
         "settings": settings_document(broker.settings),
+    }
+
+
+def flow_document(broker: Broker) -> JsonObject:
+    flow = broker.flow
+    return {
+        "resources": [
+            {
+                "name": name,
+                "state": gauge.state.value,
+                "level": gauge.level,
+                "low": gauge.marks.low,
+                "high": gauge.marks.high,
+                "resume": gauge.marks.resume_level,
+                "ratio": gauge.ratio,
+            }
+            for name, gauge in sorted(flow.gauges.items())
+        ],
+        "throttled_requests_total": flow.throttled_requests,
+        "throttle_seconds_total": flow.throttle_ms_total / 1000,
+        "refused_publishes_total": flow.refused_publishes,
     }
 
 

@@ -140,7 +140,18 @@ def _topic_name(text: str) -> str:
 
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+GROUP_ID_BYTES_MAX = 255
+"""A named backlog group's id, at most (group ids are free text in Kafka)."""
+
+
+def _group_id(text: str) -> str:
+    value = text.strip()
+    if len(value.encode()) > GROUP_ID_BYTES_MAX:
+        raise _Refused(f"must be a group id of at most {GROUP_ID_BYTES_MAX} bytes")
+    return value
 DELAY_ENABLE = "weirmq.delay.enable"
+BACKLOG_MAX_BYTES = "weirmq.backlog.max.bytes"
+BACKLOG_GROUP = "weirmq.backlog.group"
 EXCHANGE_TYPE = "weirmq.exchange.type"
 EXCHANGE_ALTERNATE = "weirmq.exchange.alternate"
 EXCHANGE_UNROUTABLE = "weirmq.exchange.unroutable"
@@ -231,6 +242,16 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
         "weirmq.acks.all.fsync", ConfigType.BOOLEAN, _boolean, "true",
         "true: acks=all is answered once the batch is fsynced; false: once it is written to "
         "the OS (acks=1 durability, for data that can be replayed from elsewhere)",
+    ),
+    TopicConfigDef(
+        BACKLOG_GROUP, ConfigType.STRING, _group_id, "",
+        "the consumer or share group whose progress weirmq.backlog.max.bytes is measured "
+        "against; empty: the slowest group that consumes the topic",
+    ),
+    TopicConfigDef(
+        BACKLOG_MAX_BYTES, ConfigType.LONG, _integer(-1, INT64_MAX), "-1",
+        "bytes the group may fall behind before producers are slowed (from 60%) and then "
+        "held back (at 100%, until the backlog is down to 80%); -1: no limit",
     ),
     TopicConfigDef(
         DELAY_ENABLE, ConfigType.BOOLEAN, _boolean, "false",
@@ -375,6 +396,15 @@ def acks_all_fsync(settings: Settings, overrides: Mapping[str, str]) -> bool:
 
 def delays_enabled(settings: Settings, overrides: Mapping[str, str]) -> bool:
     return effective(settings, overrides, DELAY_ENABLE) == "true"
+
+
+def backlog_limit(overrides: Mapping[str, str]) -> tuple[int, str] | None:
+    """A topic's backlog bound and the group it is measured against ("" for the slowest),
+    or None when the topic has not opted in (no broker-wide default: it is per topic)."""
+    limit = int(overrides.get(BACKLOG_MAX_BYTES, "-1"))
+    if limit <= 0:
+        return None
+    return limit, overrides.get(BACKLOG_GROUP, "")
 
 
 # --- incremental changes --------------------------------------------------------------------

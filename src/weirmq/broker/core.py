@@ -50,6 +50,7 @@ from ..storage.log import FileLog
 from ..storage.manager import LogManager, StorageSettings
 from ..types import Clock, Timers, TopicPartition
 from . import configs
+from .backlog import BacklogGuard
 from .configs import ConfigEntry
 from .delays import DELAYED_TOPIC, Delays
 from .exchanges import BINDINGS_CONFIG, ROUTING_TOPIC, Exchanges, exchange_of
@@ -154,9 +155,11 @@ class Broker:
         self.flow = FlowController(
             QuotaTable(resolver=self.client_quotas.limits, any_resolved=self.client_quotas.any)
         )
+        """Back-pressure for every protocol (flow/): client quotas and guarded resources."""
         self.resources = ResourceGuard(data_dir, settings, self.flow, self.logs)
         """Free disk and request memory, sampled into the flow controller's gauges."""
-        """Back-pressure for every protocol (flow/): client quotas and guarded resources."""
+        self.backlog = BacklogGuard(self)
+        """Opted-in topics' backlogs, sampled into the flow controller's gauges."""
         self.shares = ShareService(self, self.group_configs)
         self.groups = GroupCoordinator(
             coordinator_settings(settings),

@@ -78,7 +78,7 @@ class ResourceGuard:
             return
         before = self._flow.gauges.get(DISK)
         was_blocked = before is not None and before.state is Pressure.BLOCKED
-        self._flow.guard(DISK, marks)
+        self._flow.guard(DISK, marks, refuse=True)
         blocked = self._flow.update(DISK, total_bytes - free_bytes) is Pressure.BLOCKED
         if blocked and not was_blocked:
             log.error(

@@ -53,7 +53,7 @@ import heapq
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -79,7 +79,7 @@ from ..records.batch import (
     record_timestamps,
 )
 from ..storage.errors import StorageError
-from ..types import Timer
+from ..types import Timer, TopicPartition
 from .group_configs import GroupConfigs
 from .partition import Wakeable, wait_any
 from .scan import scan_batches
@@ -856,6 +856,15 @@ class ShareService(ShareListener):
 
     def groups(self) -> Iterator[str]:
         return iter(sorted({key.group_id for key in self._states}))
+
+    def start_offsets(self, topics: Container[str]) -> Iterator[tuple[str, TopicPartition, int]]:
+        """Every share group's start offset (its oldest unacknowledged record) on a
+        partition of `topics` (for backlogs)."""
+        for key, entry in self._states.items():
+            topic = self._broker.topics.by_id(key.topic_id)
+            if topic is not None and topic.name in topics:
+                tp = TopicPartition(topic.name, key.partition)
+                yield key.group_id, tp, entry.partition.start_offset
 
 
 # --- helpers ---------------------------------------------------------------------------------

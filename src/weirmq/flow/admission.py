@@ -45,6 +45,15 @@ class Admission:
             return ADMIT
         return self.controller.decide(ctx, kind, size_bytes, now_ms, topics)
 
+    def still_blocked(
+        self, decision: Decision, size_bytes: int, topics: Iterable[str]
+    ) -> frozenset[str]:
+        """A publish `decision` made wait looks again (the adapter's timer says when):
+        the resources still blocked, or none, and then it goes ahead (and is counted)."""
+        if self.controller is None:
+            return frozenset()
+        return self.controller.still_blocked(decision.wait_for, size_bytes, topics)
+
     def fetched(self, ctx: RequestContext, size_bytes: int, now_ms: int) -> int:
         """A fetch answered `size_bytes` of records: the throttle the client's consumer
         byte-rate quota asks now (0 without one)."""

@@ -12,9 +12,15 @@ A request asks `decide(ctx, kind, size_bytes, now_ms, topics)`:
 - a publish (kind PRODUCE) also feels the pressure of the memory gauge, the disk gauge and
   the backlog gauges of the topics it writes: the highest ratio r gives a throttle of
   r * `PRESSURE_THROTTLE_MS_MAX`, so producers slow down smoothly as a resource fills;
+  once admitted, its size is added to those backlogs at once (the next sample measures
+  them afresh), so a backlog blocks as soon as admitted publishes reach its bound, not a
+  sample later: it exceeds the bound by at most the publish that crossed it;
 - a publish to a blocked resource must wait: the decision names the blocked gauges
   (`wait_for`), and the adapter waits until they unblock (or refuses the publish with
-  its protocol's retriable error when that would outlast the request's timeout).
+  its protocol's retriable error when that would outlast the request's timeout). A
+  gauge guarded with `refuse=True` (free disk) does not make publishes wait: the storage
+  layer refuses them at once, because waiting for an operator to free space would only
+  hold memory for nothing.
 
 Reads, group traffic and admin requests are never blocked by pressure (consumers are what
 drains a backlog); only quotas throttle them.
@@ -38,6 +44,10 @@ from .watermarks import Gauge, Pressure, Watermarks
 PRESSURE_THROTTLE_MS_MAX: Final = 1_000
 """The throttle of a resource just below its high mark: long enough to slow a producer
 several-fold, short enough that it notices an improvement within a second."""
+
+
+_RESOURCES: Final = frozenset({"memory", "disk"})
+"""The broker-wide gauges; every other one is a topic's backlog ("backlog:TOPIC")."""
 
 
 class Kind(enum.Enum):
@@ -64,13 +74,21 @@ class FlowController:
     def __init__(self, quotas: QuotaTable | None = None) -> None:
         self.quotas = quotas or QuotaTable()
         self.gauges: dict[str, Gauge] = {}
+        self.refusing: set[str] = set()
+        """Gauges whose blocked state refuses publishes rather than holding them."""
+        self._pressed: set[str] = set()
+        """Gauges not FREE: kept up to date so that `idle` costs no loop per request."""
         self.throttled_requests = 0
         self.throttle_ms_total = 0
+        self.refused_publishes = 0
+        """Publishes refused after waiting their whole timeout for a blocked resource."""
 
     # --- the resources ------------------------------------------------------------------
 
-    def guard(self, name: str, marks: Watermarks) -> Gauge:
+    def guard(self, name: str, marks: Watermarks, *, refuse: bool = False) -> Gauge:
         """Guard a resource (or give an existing one new marks)."""
+        if refuse:
+            self.refusing.add(name)
         gauge = self.gauges.get(name)
         if gauge is None:
             gauge = self.gauges[name] = Gauge(name, marks)
@@ -80,10 +98,17 @@ class FlowController:
 
     def unguard(self, name: str) -> None:
         self.gauges.pop(name, None)
+        self.refusing.discard(name)
+        self._pressed.discard(name)
 
     def update(self, name: str, level: int) -> Pressure:
         """A resource's new level; its state after it."""
-        return self.gauges[name].update(level)
+        state = self.gauges[name].update(level)
+        if state is Pressure.FREE:
+            self._pressed.discard(name)
+        else:
+            self._pressed.add(name)
+        return state
 
     def blocked(self, names: Iterable[str]) -> frozenset[str]:
         return frozenset(
@@ -96,9 +121,13 @@ class FlowController:
     def idle(self) -> bool:
         """No quota, and every guarded resource free: every request is admitted as it is
         (the fast path: nothing to measure)."""
-        return not self.quotas.any() and all(
-            gauge.state is Pressure.FREE for gauge in self.gauges.values()
-        )
+        return not self.quotas.any() and not self._pressed and not self._backlogs
+
+    @property
+    def _backlogs(self) -> bool:
+        """Some topic's backlog is guarded: publishes are charged to it as they come, so
+        even a free one is not idle (a fast producer would overshoot between samples)."""
+        return len(self.gauges) > len(_RESOURCES.intersection(self.gauges))
 
     def decide(
         self,
@@ -122,19 +151,45 @@ class FlowController:
                 throttle, reason = asked, f"quota {quota_kind}"
         wait_for: frozenset[str] = frozenset()
         if kind is Kind.PRODUCE:
+            topics = list(topics)
             names = ["memory", "disk", *(f"backlog:{t}" for t in topics)]
             pressed = [g for n in names if (g := self.gauges.get(n)) is not None]
             for gauge in pressed:
                 asked = int(gauge.ratio * PRESSURE_THROTTLE_MS_MAX)
                 if asked > throttle:
                     throttle, reason = asked, gauge.name
-            wait_for = frozenset(g.name for g in pressed if g.state is Pressure.BLOCKED)
+            wait_for = frozenset(
+                g.name
+                for g in pressed
+                if g.state is Pressure.BLOCKED and g.name not in self.refusing
+            )
+            if not wait_for:
+                self._charge(topics, size_bytes)
         if throttle:
             self.throttled_requests += 1
             self.throttle_ms_total += throttle
         if not throttle and not wait_for:
             return ADMIT
         return Decision(throttle, wait_for, reason)
+
+    def still_blocked(
+        self, wait_for: Iterable[str], size_bytes: int, topics: Iterable[str]
+    ) -> frozenset[str]:
+        """A waiting publish looks again: the gauges of `wait_for` still blocked, or none,
+        and then it goes ahead and is charged as `decide` charges an admitted one (so the
+        publishes released by one sample do not all pile onto the backlog at once)."""
+        blocked = self.blocked(wait_for)
+        if not blocked:
+            self._charge(topics, size_bytes)
+        return blocked
+
+    def _charge(self, topics: Iterable[str], size_bytes: int) -> None:
+        """An admitted publish counts in its topics' backlogs at once: the bound then holds
+        between two samples (the next sample measures them afresh)."""
+        for topic in topics:
+            name = f"backlog:{topic}"
+            if (backlog := self.gauges.get(name)) is not None:
+                self.update(name, backlog.level + size_bytes)
 
     def handled(self, ctx: RequestContext, elapsed_ms: float, now_ms: int) -> None:
         """A request of `ctx`'s took `elapsed_ms` of handler time (Kafka's request quota

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ErrorCode
@@ -612,6 +612,13 @@ class GroupCoordinator:
 
     def committed(self, group_id: str) -> dict[TopicPartition, int]:
         return {tp: value.offset for tp, value in self.offsets.get(group_id, {}).items()}
+
+    def committed_on(self, topics: Container[str]) -> Iterator[tuple[str, TopicPartition, int]]:
+        """Every group's committed offset on a partition of `topics` (for backlogs)."""
+        for group_id, offsets in self.offsets.items():
+            for tp, value in offsets.items():
+                if tp.topic in topics:
+                    yield group_id, tp, value.offset
 
     # --- time ----------------------------------------------------------------------------
 

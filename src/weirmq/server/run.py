@@ -151,13 +151,14 @@ def _print_line(line: str) -> None:
 
 async def _housekeeping(broker: Broker, settings: Settings, server: KafkaServer) -> None:
     """Retention and the like every `housekeeping_interval_ms`; the guarded resources
-    (free disk, request memory) every `RESOURCE_SAMPLE_MS`."""
+    (free disk, request memory, opted-in topics' backlogs) every `RESOURCE_SAMPLE_MS`."""
     sample_s = RESOURCE_SAMPLE_MS / 1000
     due = settings.housekeeping_interval_ms / 1000
     while True:
         await asyncio.sleep(sample_s)
         try:
             broker.resources.sample(server.memory.used_bytes)
+            broker.backlog.sample()
         except Exception:
             log.exception("sampling the guarded resources failed")
         due -= sample_s

@@ -25,6 +25,12 @@ answer is charged to the client's consumer byte-rate quota once its size is know
 every request's handler time to its request quota. A throttled response is held back by
 its throttle (KIP-219), on the broker's timers, so that a client that ignores the field
 is slowed all the same; acks=0 produces, which get no response, are not held.
+
+A produce to a blocked resource (the request memory budget, a topic's backlog at its
+bound) is not handled until the resource unblocks; if it is still blocked at the
+request's timeout, the produce is refused with the retriable REQUEST_TIMED_OUT and nothing
+is written (`Dispatcher._unblocked`). Producers retry it, and are held again: a full
+broker slows its producers to what its consumers take, instead of failing them.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from typing import Any, NamedTuple
 from ...broker.core import Broker
 from ...broker.partition import wait_any
 from ...errors import ErrorCode
-from ...flow.admission import Admission, Kind
+from ...flow.admission import Admission, Decision, Kind
 from ...types import RequestContext
 from ..contract import CloseConnection as CloseConnection
 from ..contract import Reply as Reply
@@ -49,13 +55,19 @@ from .apis import share as share_apis
 from .apis.fetch import handle_fetch
 from .apis.metadata import handle_init_producer_id, handle_metadata
 from .apis.offsets import handle_list_offsets, handle_offset_for_leader_epoch
-from .apis.produce import handle_produce
+from .apis.produce import handle_produce, refuse_produce
 from .wire import fast, messages
 from .wire.framing import HeaderError, parse_request_header, response_prefix
 
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
+PUBLISH_WAIT_MAX_MS = 30_000
+"""The longest a produce waits for a blocked resource, whatever timeout it asks: a
+client's own request timeout is about this (librdkafka's request.timeout.ms is 30 s)."""
+BLOCKED_RECHECK_MS = 100
+"""How often a waiting produce looks whether its resources unblocked: the resources are
+sampled once a second, and a produce goes on within this of the sample that frees it."""
 FETCH_KEY = 1
 _CONFORMED: set[type[Any]] = set()
 """Request classes given their absent fields already (`requests.conform`)."""
@@ -130,6 +142,14 @@ def _is_flexible(api_key: int, version: int) -> bool:
     return messages.request_is_flexible(api_key, version)
 
 
+class Held(NamedTuple):
+    """A publish the admission made wait, and what it needs to look again."""
+
+    decision: Decision
+    size: int
+    topics: list[str]
+
+
 class Dispatcher:
     """Turns request frames into replies for one broker."""
 
@@ -174,10 +194,13 @@ class Dispatcher:
             kind, topics = Kind.PRODUCE, [t.name for t in request.topic_data]
         else:
             kind, topics = (Kind.FETCH if key == FETCH_KEY else Kind.OTHER), []
-        admission = self.admission
-        throttle_ms = admission.admit(
-            ctx, len(frame), self.broker.clock(), kind, topics
-        ).throttle_ms
+        decision = self.admission.admit(ctx, len(frame), self.broker.clock(), kind, topics)
+        throttle_ms = decision.throttle_ms
+        if decision.wait_for:  # only a publish waits: see flow/controller.py
+            held = Held(decision, len(frame), topics)
+            return self._unblocked(
+                held, api, request, version, header.correlation_id, ctx, started, throttle_ms
+            )
         result = api.handler(self.broker, request, version, ctx)
         if result is None:
             self._observe(key, started, ctx)
@@ -195,6 +218,53 @@ class Dispatcher:
             return 0
         size = sum(len(p["records"]) for topic in result["responses"] for p in topic["partitions"])
         return self.admission.fetched(ctx, size, self.broker.clock()) if size else 0
+
+    async def _unblocked(
+        self,
+        held: Held,
+        api: Api,
+        request: Any,
+        version: int,
+        correlation_id: int,
+        ctx: RequestContext,
+        started: float,
+        throttle_ms: int,
+    ) -> Reply | None:
+        """A produce that must wait for blocked resources (a full memory budget, a topic's
+        backlog at its bound): handled once they unblock, or refused with the retriable
+        REQUEST_TIMED_OUT, nothing written, when they stay blocked until the request's own
+        timeout (capped by `PUBLISH_WAIT_MAX_MS`). The time waited counts against the
+        throttle: the client has been slowed down by it already."""
+        broker = self.broker
+        began = broker.clock()
+        deadline = began + min(max(int(request.timeout_ms), 0), PUBLISH_WAIT_MAX_MS)
+        blocked = held.decision.wait_for
+        while blocked and not broker.closing:
+            now = broker.clock()
+            until = min(deadline, now + BLOCKED_RECHECK_MS)
+            waiting = wait_any([], until, broker.timers, broker.clock)
+            if waiting is None:
+                break
+            await waiting
+            blocked = self.admission.still_blocked(held.decision, held.size, held.topics)
+        throttle_ms = max(0, throttle_ms - (broker.clock() - began))
+        pending: Any
+        if blocked:
+            broker.flow.refused_publishes += 1
+            pending = refuse_produce(
+                request,
+                ErrorCode.request_timed_out,
+                f"the broker is holding publishes back ({', '.join(sorted(blocked))} at its "
+                "limit) and still was at the request's timeout; retry later",
+            )
+        else:
+            assert api.handler is not None  # handle() only gets here with one
+            pending = api.handler(broker, request, version, ctx)
+        if not isinstance(pending, dict) and pending is not None:
+            pending = await pending
+        return await self._finish(
+            _ready(pending), PRODUCE_KEY, version, correlation_id, started, throttle_ms, ctx
+        )
 
     def _held(self, reply: Reply, throttle_ms: int) -> Awaitable[Reply]:
         """The reply, once `throttle_ms` has passed on the broker's clock (KIP-219)."""
@@ -258,6 +328,10 @@ class Dispatcher:
             ],
         }
         return _reply(API_VERSIONS_KEY, version, correlation_id, data, 0)
+
+
+async def _ready(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    return result
 
 
 def _encode_produce(version: int, data: dict[str, Any]) -> list[bytes | memoryview]:

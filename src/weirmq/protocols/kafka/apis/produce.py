@@ -92,6 +92,24 @@ def handle_produce(
     return _response(outcomes)
 
 
+def refuse_produce(
+    request: ProduceRequest, code: ErrorCode, message: str
+) -> dict[str, Any] | None:
+    """The answer to a produce refused as a whole, before anything was written: every
+    partition gets `code` (None for acks=0, which gets no answer)."""
+    if int(request.acks) == 0:
+        return None
+    outcomes = []
+    for topic_data in request.topic_data:
+        partitions = []
+        for partition_data in topic_data.partition_data:
+            outcome = _Outcome()
+            outcome.error, outcome.message = code, message
+            partitions.append((int(partition_data.index), outcome))
+        outcomes.append((topic_data.name, partitions))
+    return _response(outcomes)
+
+
 def _publish(
     broker: Broker,
     topic_name: str,
