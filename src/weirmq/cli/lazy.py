@@ -28,11 +28,13 @@ CLIENT_COMMANDS = {
     "produce": "weirmq.cli.produce:produce",
     "consume": "weirmq.cli.consume:consume",
     "exchanges": "weirmq.cli.exchanges:exchanges",
+    "quotas": "weirmq.cli.quotas:quotas",
     "bench": "weirmq.cli.bench:bench",
 }
 
 EXIT_CODES_EPILOG = (
-    "\b\nExit codes of the client commands (topics, groups, exchanges, produce, consume):\n"
+    "\b\nExit codes of the client commands (topics, groups, exchanges, quotas, produce,\n"
+    "consume):\n"
     "  0  success\n"
     "  1  the broker answered with an error (e.g. the topic exists or does not exist,\n"
     "     an invalid config, a group that does not exist or still has members,\n"
