@@ -50,6 +50,7 @@ adapter left out):
         ShareSessionError               broker.shares         (the code it is raised with)
         StorageError                    storage.errors        kafka_storage_error
             CorruptDataError            storage.segment       kafka_storage_error
+            DamagedRangeError           storage.errors        corrupt_message
             DataDirLockedError          storage.lock          kafka_storage_error
             DiskFullError               storage.errors        kafka_storage_error
             LogOfflineError             storage.errors        kafka_storage_error

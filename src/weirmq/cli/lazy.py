@@ -30,6 +30,7 @@ CLIENT_COMMANDS = {
     "exchanges": "weirmq.cli.exchanges:exchanges",
     "quotas": "weirmq.cli.quotas:quotas",
     "bench": "weirmq.cli.bench:bench",
+    "storage": "weirmq.cli.storage:storage",
 }
 
 EXIT_CODES_EPILOG = (

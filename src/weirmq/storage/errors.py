@@ -21,6 +21,23 @@ class LogOfflineError(StorageError):
     """The partition was taken offline (corrupt data found); it serves nothing until repaired."""
 
 
+class DamagedRangeError(StorageError):
+    """The offset lies in a damaged range of an otherwise served log (`FileLog.damage`):
+    flushed bytes that fail their checks, or flushed offsets whose bytes are missing.
+
+    CORRUPT_MESSAGE, not KAFKA_STORAGE_ERROR, because of what clients do with each in a
+    Fetch or ListOffsets answer: Kafka's Java consumer and librdkafka treat
+    KAFKA_STORAGE_ERROR as "this replica is unavailable, find the leader again" and retry
+    in silence, so a consumer stuck on a damaged range would simply hang. CORRUPT_MESSAGE
+    reaches the application (librdkafka: a consumer error event naming the offset; Java:
+    a KafkaException from poll), which can then seek past the range. It is what Kafka
+    itself answers when a fetch meets a corrupt record. It stays a `StorageError` so that
+    the broker's own readers (producer-state replay, routing, the delayed log) stop on it
+    as they stop on any other storage failure."""
+
+    code = ErrorCode.corrupt_message
+
+
 class OffsetOutOfRangeError(KafkaError):
     """The offset is below the log start or above the log end."""
 

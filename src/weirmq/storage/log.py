@@ -29,12 +29,24 @@ Recovery on open, given the recovery point from the data directory's checkpoint:
 A bad batch at or above the recovery point is a torn tail from a crash (the page cache
 writes files back in any order, so several segments may have torn tails): the log is cut
 there and any later segments are deleted; nothing below the recovery point is touched.
-Bad data below the recovery point, or a gap between segments, is corruption: the log
-goes offline and refuses reads and appends, so a client gets KAFKA_STORAGE_ERROR instead
-of wrong data. Reads re-check each batch's CRC and take the log offline the same way.
+
+Bad data below the recovery point is damage (damage.py), and one bad byte must not cost
+the whole partition: the offsets from the first bad batch to the next segment's base are
+refused with `DamagedRangeError` (CORRUPT_MESSAGE), logged once at ERROR, and everything
+around them is served. The damaged bytes are left as they are, for `weirmq storage
+repair`. When the damage is in the last segment, a new active segment is rolled at the
+recovery point, so appends go on and no flushed offset is ever handed out twice. Reads
+re-check each batch's CRC; a failure re-validates that one segment (`_revalidate`) and
+marks its damage the same way. A gap between segments below the recovery point, or a
+log ending below it, is flushed data missing without a trace: unless `weirmq storage
+repair` recorded the gap as given up (lost-offsets), the log goes offline and refuses
+reads and appends (KAFKA_STORAGE_ERROR), as before. A read in a given-up range goes on
+from the next offset that has data.
+
 After a clean shutdown (all flushed, indexes synced) nothing is re-validated, except an
 active segment too small to have index entries: a clean close writes no index files for
-it, so the open re-reads it whole (less than one index interval plus one batch).
+it, so the open re-reads it whole (less than one index interval plus one batch). Damage
+in the trusted segments is then found by the reads' CRC checks.
 """
 
 from __future__ import annotations
@@ -43,14 +55,22 @@ import logging
 import os
 import threading
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from ..records.batch import BatchHeader
 from .append import prepare_append
 from .config import LogConfig
-from .errors import DiskFullError, LogOfflineError, OffsetOutOfRangeError, StorageError
+from .damage import Damage, covered, read_lost_ranges
+from .errors import (
+    DamagedRangeError,
+    DiskFullError,
+    LogOfflineError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
 from .fsync import fsync_all
 from .handles import HandleCache
 from .interface import AppendInfo, Clock, ReadResult, TimestampOffset
@@ -58,8 +78,21 @@ from .policy import retention_breaches, should_roll
 from .segment import CorruptDataError, Segment
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+# A read that fails a check re-validates its segment and is tried once more; failing
+# again means the segment changes under us: the log goes offline.
+_READ_ATTEMPTS = 2
+
+
+class _SegmentCorrupt(Exception):
+    """Segment `index` failed a check while being read (internal to `FileLog.read`)."""
+
+    def __init__(self, index: int, cause: CorruptDataError) -> None:
+        super().__init__(str(cause))
+        self.index = index
+        self.cause = cause
 
 
 class FileLog:
@@ -85,6 +118,8 @@ class FileLog:
         self._bases: list[int] = []
         self._clean_prefix = 0  # see _set_segments
         self._offline: str | None = None
+        self._damage: list[Damage] = []  # sorted by offset, disjoint
+        self._lost: list[tuple[int, int]] = []  # ranges repair gave up (damage.py)
         self._dir_dirty = False
         self._parent_dirty = False  # the directory is new: its entry in the parent is not durable
         self._flushed = 0
@@ -122,6 +157,11 @@ class FileLog:
         return self._offline
 
     @property
+    def damage(self) -> tuple[Damage, ...]:
+        """The damaged ranges above the log start, oldest first (empty for a sound log)."""
+        return tuple(self._damage)
+
+    @property
     def needs_flush(self) -> bool:
         return self._flushed < self.log_end_offset or self._dir_dirty or self._parent_dirty
 
@@ -135,6 +175,34 @@ class FileLog:
         if self._offline is None:
             log.error("partition log %s taken offline: %s", self.directory, reason)
             self._offline = reason
+
+    def _add_damage(self, damage: Damage) -> None:
+        """Refuse `damage`'s offsets from now on; logged once, here. A range it covers (the
+        same segment found worse) is replaced."""
+        if damage.end_offset <= self._log_start:
+            return  # deleted records (DeleteRecords, retention): nobody may read them
+        kept = [
+            d
+            for d in self._damage
+            if d.end_offset <= damage.start_offset or d.start_offset >= damage.end_offset
+        ]
+        self._damage = sorted([*kept, damage], key=lambda d: d.start_offset)
+        log.error(
+            "partition log %s: %s; serving the offsets around them, refusing these with "
+            "CORRUPT_MESSAGE (see `weirmq storage verify` and `weirmq storage repair`)",
+            self.directory,
+            damage,
+        )
+
+    def _forget_damage_outside(self) -> None:
+        """Drop damaged ranges that retention, DeleteRecords or a truncation removed."""
+        start, end = self._log_start, self.log_end_offset
+        self._damage = [d for d in self._damage if d.end_offset > start and d.start_offset < end]
+
+    def _refuse_damaged(self, offset: int) -> None:
+        for damage in self._damage:
+            if damage.holds(offset):
+                raise DamagedRangeError(f"{self.directory.name}: {damage}")
 
     def _new_segment(self, base_offset: int) -> Segment:
         segment = Segment(
@@ -219,37 +287,102 @@ class FileLog:
             )
         if offset == end:
             return ReadResult(b"", start, end)
-        segment = self._segments[bisect_right(self._bases, offset) - 1]
+
+        def attempt() -> ReadResult:
+            self._refuse_damaged(offset)
+            return ReadResult(self._read_segments(offset, max_bytes), start, end)
+
         try:
-            records = segment.read(offset, max_bytes)
-        except CorruptDataError as exc:
-            self._go_offline(str(exc))
-            raise LogOfflineError(str(exc)) from exc
+            return self._revalidating(attempt)
         except OSError as exc:
             raise StorageError(f"I/O error reading {self.directory.name}: {exc}") from exc
-        return ReadResult(records, start, end)
+
+    def _revalidating(self, operation: Callable[[], _T]) -> _T:
+        """Run a read-only `operation`; when a segment fails a check on the way, re-validate
+        that segment (`_revalidate`, which marks its damage) and run it once more. A second
+        failure means the files change under us: the log goes offline."""
+        for attempt in range(1, _READ_ATTEMPTS + 1):
+            try:
+                return operation()
+            except _SegmentCorrupt as failed:
+                if attempt == _READ_ATTEMPTS:
+                    self._go_offline(str(failed.cause))
+                    raise LogOfflineError(str(failed.cause)) from failed.cause
+                self._revalidate(failed.index)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _read_segments(self, offset: int, max_bytes: int) -> bytes | memoryview:
+        """Whole batches from the segment holding `offset`, or from the first later one
+        with data when `offset` lies in a range given up by repair (the read goes on from
+        the next offset that exists, as Kafka reads past offsets compaction removed)."""
+        i = bisect_right(self._bases, offset) - 1
+        while i < len(self._segments):
+            segment = self._segments[i]
+            try:
+                records = segment.read(max(offset, segment.base_offset), max_bytes)
+            except CorruptDataError as exc:
+                raise _SegmentCorrupt(i, exc) from exc
+            if records:
+                return records
+            i += 1
+        return b""
+
+    def _revalidate(self, i: int) -> None:
+        """Segment `i` failed a check while being read: its bytes changed after they were
+        validated, or a clean open trusted them unread. Re-validate it whole (once, and
+        on this thread: it costs a scan of one segment) and refuse what follows the first
+        bad batch. The active segment is rolled first, so appends go to a sound file."""
+        if i == len(self._segments) - 1:
+            self._roll()
+        with self._lock:
+            segment = self._segments[i]
+            problem = segment.rescan()
+            self._clean_prefix = 0  # its index files must be written again
+        end = self._segments[i + 1].base_offset
+        if problem is not None and segment.next_offset < end:
+            self._add_damage(
+                Damage(segment.next_offset, end, segment.log_path, segment.size, problem)
+            )
 
     def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
         self._check_online()
-        for segment in self._segments:
-            if segment.next_offset <= self._log_start:
-                continue
-            try:
-                found = segment.find_timestamp(timestamp_ms, self._log_start)
-            except CorruptDataError as exc:
-                self._go_offline(str(exc))
-                raise LogOfflineError(str(exc)) from exc
-            if found is not None:
-                return found
+        return self._revalidating(lambda: self._search_timestamp(timestamp_ms))
+
+    def _search_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
+        for i, segment in enumerate(self._segments):
+            if segment.next_offset > self._log_start:
+                try:
+                    found = segment.find_timestamp(timestamp_ms, self._log_start)
+                except CorruptDataError as exc:
+                    raise _SegmentCorrupt(i, exc) from exc
+                if found is not None:
+                    return found
+            # The first match may be among damaged offsets after this segment's valid
+            # prefix: better no answer than a later one.
+            for damage in self._damage:
+                if damage.start_offset == segment.next_offset:
+                    raise DamagedRangeError(
+                        f"{self.directory.name}: cannot search by timestamp: {damage}"
+                    )
         return None
 
     def max_timestamp_offset(self) -> TimestampOffset | None:
         self._check_online()
+        return self._revalidating(self._find_max_timestamp)
+
+    def _find_max_timestamp(self) -> TimestampOffset | None:
+        if self._damage:  # the maximum may be among the damaged offsets
+            raise DamagedRangeError(
+                f"{self.directory.name}: cannot find the largest timestamp: {self._damage[0]}"
+            )
         live = [s for s in self._segments if s.size and s.next_offset > self._log_start]
         if not live:
             return None
         best = max(live, key=lambda s: (s.max_timestamp, -s.base_offset))
-        return best.find_timestamp(best.max_timestamp, self._log_start)
+        try:
+            return best.find_timestamp(best.max_timestamp, self._log_start)
+        except CorruptDataError as exc:
+            raise _SegmentCorrupt(self._segments.index(best), exc) from exc
 
     # --- truncation, retention --------------------------------------------------------
 
@@ -272,6 +405,7 @@ class FileLog:
             self._flushed = min(self._flushed, self.log_end_offset)
             self._log_start = min(self._log_start, self.log_end_offset)
             self._dir_dirty = True
+            self._forget_damage_outside()
         for segment in drop:
             segment.delete_files()
 
@@ -311,6 +445,7 @@ class FileLog:
                 self._set_segments(self._segments[1:])
             if gone:
                 self._dir_dirty = True
+            self._forget_damage_outside()
         for segment in gone:
             segment.delete_files()
         return len(gone)
@@ -415,11 +550,13 @@ class FileLog:
             self._log_start = self._flushed = log_start_offset
             self._dir_dirty = True
             return
+        self._lost = read_lost_ranges(self.directory)
         segments = [
             Segment(self.directory, b, self._handles, self.config.index_interval_bytes)
             for b in bases
         ]
         self._set_segments(segments)
+        self._log_start = log_start_offset  # for now: damage wholly below it is not reported
         if clean_shutdown:
             first_to_recover = len(segments)
         else:
@@ -436,35 +573,58 @@ class FileLog:
         end = self.log_end_offset
         self._log_start = min(max(log_start_offset, self._segments[0].base_offset), end)
         self._flushed = end if clean_shutdown else max(min(recovery_point, end), self._log_start)
+        self._forget_damage_outside()
 
     def _load(
         self, segments: list[Segment], first_to_recover: int, recovery_point: int
     ) -> str | None:
-        """Open every segment; returns why the log must go offline, or None."""
+        """Open every segment; returns why the log must go offline, or None.
+
+        A segment whose valid bytes stop below the recovery point is damaged: its damage
+        runs to the next segment's base, recorded when that segment is reached (or by
+        `_damaged_tail` for the last one)."""
+        damaged: str | None = None  # what is wrong at the end of the previous segment's prefix
         for i, segment in enumerate(segments):
             segment.created_ms = int(os.stat(segment.log_path).st_mtime * 1000)
-            if i > 0 and segment.base_offset != segments[i - 1].next_offset:
-                return self._gap(segments, i, recovery_point)
+            if i > 0:
+                previous = segments[i - 1]
+                if damaged is None and segment.base_offset < previous.next_offset:
+                    # `previous` claims offsets this segment starts before: a segment was
+                    # rolled past damage in it (`_damaged_tail`, `_revalidate`) that an
+                    # open trusting its indexes does not see. Find where it really stops.
+                    damaged = previous.rescan()
+                if damaged is not None and segment.base_offset > previous.next_offset:
+                    self._add_damage(_damage_of(previous, segment.base_offset, damaged))
+                elif segment.base_offset != previous.next_offset and not covered(
+                    self._lost, previous.next_offset, segment.base_offset
+                ):
+                    return self._gap(segments, i, recovery_point)
+                damaged = None
             if i < first_to_recover:
-                problem = segment.load_sealed(active=i == len(segments) - 1)
-                if problem is not None:
-                    return f"corrupt data below the recovery point in {segment.log_path}: {problem}"
+                damaged = segment.load_sealed(active=i == len(segments) - 1)
                 continue
-            problem = segment.recover()
+            damaged = segment.recover()
             if i < len(segments) - 1:
                 segment.seal()
-            if problem is None:
-                continue
-            return self._torn_tail(segments, i, problem, recovery_point)
+            if damaged is not None and segment.next_offset >= recovery_point:
+                self._torn_tail(segments, i, damaged)
+                return None
+        if damaged is not None:
+            self._damaged_tail(segments[-1], damaged, recovery_point)
         return None
 
     def _gap(self, segments: list[Segment], i: int, recovery_point: int) -> str | None:
         """Segment `i` does not start where its predecessor ends. Above the recovery point
         that is the predecessor's torn tail (files are written back in any order): drop
-        segment `i` and everything after it. Below, data is missing: corruption."""
+        segment `i` and everything after it. Below, flushed data is missing with nothing
+        left to say what it was: the log goes offline until an operator decides (`weirmq
+        storage repair` records the gap as given up)."""
         end = segments[i - 1].next_offset
         if end < recovery_point:
-            return f"gap: segment {segments[i].base_offset} follows one ending at {end}"
+            return (
+                f"gap: segment {segments[i].base_offset} follows one ending at {end}, below "
+                f"the recovery point {recovery_point} (see `weirmq storage verify`)"
+            )
         log.warning(
             "recovery: dropping segments from %d on after a torn tail at %d",
             segments[i].base_offset,
@@ -476,14 +636,11 @@ class FileLog:
         self._dir_dirty = True
         return None
 
-    def _torn_tail(
-        self, segments: list[Segment], i: int, problem: str, recovery_point: int
-    ) -> str | None:
-        """Cut a torn tail off segment `i`, or say why this is corruption instead."""
+    def _torn_tail(self, segments: list[Segment], i: int, problem: str) -> None:
+        """Cut the torn tail (at or above the recovery point) off segment `i`, and drop
+        every later segment."""
         segment = segments[i]
         where = f"{segment.log_path} at position {segment.size} (offset {segment.next_offset})"
-        if segment.next_offset < recovery_point:
-            return f"corrupt data below the recovery point {recovery_point}: {where}: {problem}"
         later = segments[i + 1 :]
         file_size = os.path.getsize(segment.log_path)
         log.warning(
@@ -497,7 +654,27 @@ class FileLog:
             s.delete_files()
         self._set_segments(segments[: i + 1])
         self._dir_dirty = True
-        return None
+
+    def _damaged_tail(self, segment: Segment, problem: str, recovery_point: int) -> None:
+        """The last segment's valid bytes stop at `segment.next_offset`. Below the recovery
+        point, flushed offsets up to it are damaged: the segment is sealed as it is and a
+        new active segment starts at the recovery point, so appends go on and no offset
+        that was ever acknowledged is handed out again. At or above it (a clean shutdown
+        that vouched for less than the file holds), it is a torn tail."""
+        if segment.next_offset >= recovery_point:
+            self._torn_tail(self._segments, len(self._segments) - 1, problem)
+            return
+        self._add_damage(_damage_of(segment, recovery_point, problem))
+        segment.seal()
+        new = self._new_segment(recovery_point)
+        new.create_file()
+        self._set_segments([*self._segments, new])
+        self._dir_dirty = True
+
+
+def _damage_of(segment: Segment, end_offset: int, problem: str) -> Damage:
+    """The damage after `segment`'s valid prefix, up to `end_offset`."""
+    return Damage(segment.next_offset, end_offset, segment.log_path, segment.size, problem)
 
 
 @dataclass(slots=True)

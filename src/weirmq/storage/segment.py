@@ -12,12 +12,15 @@ the shared `HandleCache`, so a segment holds none of its own.
 Reading never parses records: the offset index gives a batch boundary at or before the
 target, a forward walk over batch headers finds the batch containing it, and whole
 batches are returned up to `max_bytes` (the first one always whole). Every batch served
-is CRC-checked first; a mismatch raises `CorruptDataError`, and the log takes the
-partition offline rather than serve it.
+is CRC-checked first; a mismatch raises `CorruptDataError`, and the log re-validates the
+segment (`rescan`) and refuses the damaged range from then on rather than serve it
+(damage.py).
 
 Recovery (`recover`) re-reads the whole file, validating framing, magic, CRC and offset
 contiguity batch by batch, rebuilding both indexes, and stops at the first bad byte; the
-log decides whether that is a torn tail to cut off or corruption to stop for.
+log decides whether that is a torn tail to cut off or a damaged range to refuse.
+`scan_file` is the same scan over any file, for `weirmq storage verify`, which must not
+change what it checks.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import errno
 import os
 import struct
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import checksum
@@ -47,11 +51,34 @@ from .interface import TimestampOffset
 from .policy import RELATIVE_OFFSET_MAX
 
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+_NO_INDEX_BYTES = 1 << 62  # an index interval no file reaches: `scan_file` builds no index
 _IOV_MAX = 1024  # Linux's limit on buffers per pwritev (sysconf SC_IOV_MAX)
 
 
 class CorruptDataError(StorageError):
     """A segment holds bytes that fail validation where valid data must be."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileScan:
+    """What the recovery scan found in one segment file (`scan_file`)."""
+
+    valid_bytes: int
+    """The size of the valid prefix: where the first bad batch starts, or the file size."""
+    next_offset: int
+    """The offset after the last valid batch."""
+    max_timestamp: int
+    """The largest maxTimestamp of the valid batches (-1 if none)."""
+    problem: str | None
+    """What is wrong at `valid_bytes`, or None when every byte is a valid batch."""
+
+
+def scan_file(fd: int, base_offset: int, file_size: int) -> FileScan:
+    """Validate a segment file's first `file_size` bytes as recovery does (framing, magic,
+    CRC, contiguous offsets from `base_offset`), reading only."""
+    scan = _Validation(base_offset, _NO_INDEX_BYTES, OffsetIndex(), TimeIndex())
+    problem = scan.run(fd, file_size)
+    return FileScan(scan.size, scan.next_offset, scan.max_timestamp, problem)
 
 
 def segment_name(base_offset: int) -> str:
@@ -313,6 +340,21 @@ class Segment:
         self.max_timestamp = scan.max_timestamp
         self.max_timestamp_offset = scan.max_timestamp_offset
         self._bytes_since_index = scan.bytes_since_index
+        return problem
+
+    def rescan(self) -> str | None:
+        """Re-validate a segment that failed a check while being served, then seal it.
+
+        As `recover`, but what was fsynced stays known as fsynced (an active segment's
+        unsynced bytes must still be flushed). The index files are emptied: they may name
+        batches past the valid prefix, and the next flush writes them again whole."""
+        synced = self.synced_size
+        problem = self.recover()
+        self.synced_size = min(synced, self.size)
+        for path in (self.index_path, self.timeindex_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.truncate(path, 0)
+        self.seal()
         return problem
 
     def load_sealed(self, *, active: bool = False) -> str | None:
