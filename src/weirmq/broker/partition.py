@@ -278,6 +278,8 @@ class Partition:
         refusal = self.logs.publish_refusal
         if refusal is not None:
             raise StorageError(refusal)
+        if self.log.fsync_failed is not None:
+            self._roll_back_unsynced()  # before judging a retry against producer state
         headers = validate_batches(records, max_batch_bytes=self.log.config.max_message_bytes)
         if len(headers) != 1:
             raise NotOneBatchError(f"a write must carry exactly one batch, got {len(headers)}")
@@ -442,12 +444,21 @@ class Partition:
     def read(self, offset: int, max_bytes: int) -> ReadResult:
         """Whole batches from the one holding `offset`, below the high watermark; raises
         OffsetOutOfRangeError outside [log start, high watermark]."""
+        if self.log.fsync_failed is not None:
+            self._roll_back_unsynced()
         start, end = self.log.log_start_offset, self.high_watermark
         if not start <= offset <= end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside {self.tp}'s range [{start}, {end}]"
             )
         return self.log.read(offset, max_bytes)
+
+    def _roll_back_unsynced(self) -> None:
+        """An fsync of this log failed: drop what it did not make durable (storage/log.py),
+        and forget the idempotent batches dropped with it, so that a producer's retry of
+        one is written again rather than answered as a duplicate of nothing."""
+        if self.log.roll_back_unsynced():
+            self.load_producers()
 
     # --- waiting readers ----------------------------------------------------------------
 

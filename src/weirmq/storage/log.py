@@ -21,6 +21,17 @@ covers the bookkeeping, never the fsync itself. `flush_logs` does the same for m
 with all their fsyncs in one pass (a clean stop, the periodic flush): planned per log
 under its lock, fsynced together, then recorded per log.
 
+A failed fsync. Afterwards the kernel may have dropped the dirty pages and cleared the
+error, so that the next fsync succeeds over data that never reached the disk (PostgreSQL's
+"fsyncgate"): nothing written since the last good flush can be trusted, though it still
+reads back from the page cache. The log does not go offline for it: what earlier flushes
+made durable stays readable throughout. It stops flushing (`fsync_failed` is set; no
+waiter is told that doubtful data is durable), and its owner rolls it back to
+`flushed_offset` on its own thread (`roll_back_unsynced`: those offsets were never
+acknowledged as durable; acks=1 ones are lost as a crash would lose them). Appends then
+wait for an fsync of the active segment to work again (`probe_fsync`, at most once per
+`FSYNC_PROBE_INTERVAL_MS`), and go on by themselves once it does.
+
 Recovery on open, given the recovery point from the data directory's checkpoint:
 - segments wholly below it are trusted, after an index sanity check (an index that is
   missing, torn or disagrees with the log is rebuilt from the log);
@@ -84,6 +95,9 @@ _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 # A read that fails a check re-validates its segment and is tried once more; failing
 # again means the segment changes under us: the log goes offline.
 _READ_ATTEMPTS = 2
+FSYNC_PROBE_INTERVAL_MS = 1_000
+"""After a failed fsync, how often an append may try whether fsync works again (each try
+is an fsync on the event loop's thread; a failing disk can make it slow)."""
 
 
 class _SegmentCorrupt(Exception):
@@ -118,6 +132,8 @@ class FileLog:
         self._bases: list[int] = []
         self._clean_prefix = 0  # see _set_segments
         self._offline: str | None = None
+        self._fsync_failed: str | None = None  # see the module docstring
+        self._next_probe_ms = 0
         self._damage: list[Damage] = []  # sorted by offset, disjoint
         self._lost: list[tuple[int, int]] = []  # ranges repair gave up (damage.py)
         self._dir_dirty = False
@@ -163,7 +179,14 @@ class FileLog:
 
     @property
     def needs_flush(self) -> bool:
+        if self._fsync_failed is not None:
+            return False  # nothing may be flushed until it is rolled back and probed
         return self._flushed < self.log_end_offset or self._dir_dirty or self._parent_dirty
+
+    @property
+    def fsync_failed(self) -> str | None:
+        """Why the last fsync failed, until `probe_fsync` finds that it works again."""
+        return self._fsync_failed
 
     def _check_online(self) -> None:
         if self._offline is not None:
@@ -229,6 +252,13 @@ class FileLog:
         validated: Sequence[BatchHeader] | None = None,
     ) -> AppendInfo:
         self._check_online()
+        if self._fsync_failed is not None:
+            self.roll_back_unsynced()
+            if not self.probe_fsync():
+                raise StorageError(
+                    f"partition log {self.directory.name} refuses appends until fsync works "
+                    f"again ({self._fsync_failed})"
+                )
         now = self._clock()
         prepared = prepare_append(
             records,
@@ -280,6 +310,8 @@ class FileLog:
 
     def read(self, offset: int, max_bytes: int) -> ReadResult:
         self._check_online()
+        if self._fsync_failed is not None:  # no reader may see what is to be rolled back
+            self.roll_back_unsynced()
         start, end = self._log_start, self.log_end_offset
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(
@@ -464,7 +496,7 @@ class FileLog:
             for path in plan.paths:
                 _fsync_path(path)
         except OSError as exc:
-            raise self._flush_failed(exc) from exc
+            raise self._flush_failed(plan, exc) from exc
         return self._finish_flush(plan)
 
     def _plan_flush(self, sync_active_index: bool) -> _FlushPlan:
@@ -476,6 +508,11 @@ class FileLog:
         re-reads such a small segment whole instead (`Segment.load_sealed`)."""
         with self._lock:
             self._check_online()
+            if self._fsync_failed is not None:
+                raise StorageError(
+                    f"partition log {self.directory.name} is not flushed: {self._fsync_failed}"
+                    " (appends resume once fsync works again)"
+                )
             plan = _FlushPlan(self.log_end_offset)
             active = self._segments[-1]
             index_active = sync_active_index and (
@@ -523,14 +560,68 @@ class FileLog:
             self._flushed = max(self._flushed, min(plan.target, self.log_end_offset))
         return self._flushed
 
-    def _flush_failed(self, exc: OSError) -> StorageError:
-        # After a failed fsync the page cache can no longer be trusted (PostgreSQL's
-        # "fsyncgate"): stop serving this partition rather than pretend.
-        self._go_offline(f"fsync failed: {exc}")
+    def _flush_failed(self, plan: _FlushPlan, exc: OSError) -> StorageError:
+        """`plan`'s fsyncs failed (any thread): see the module docstring."""
+        with self._lock:
+            if self._fsync_failed is None:
+                log.error(
+                    "partition log %s: fsync failed (%s): offsets from %d on are not durable "
+                    "and will be rolled back; appends wait until fsync works again",
+                    self.directory, exc, self._flushed,
+                )  # fmt: skip
+            self._fsync_failed = f"fsync failed: {exc}"
+            # What this plan would have made durable must be written and fsynced again.
+            if str(self.directory) in plan.paths:
+                self._dir_dirty = True
+            if str(self.directory.parent) in plan.paths:
+                self._parent_dirty = True
+            for segment, _size, _indexes in plan.segments:
+                segment.index.persisted = segment.time_index.persisted = 0
+                segment.indexes_synced = False
+            self._clean_prefix = 0
         return StorageError(f"fsync failed for {self.directory.name}: {exc}")
+
+    def roll_back_unsynced(self) -> int:
+        """After a failed fsync, on the owner thread: drop every offset from
+        `flushed_offset` on (written, never fsynced); returns how many were dropped."""
+        if self._fsync_failed is None:
+            return 0
+        dropped = self.log_end_offset - self._flushed
+        if dropped > 0:
+            self.truncate_to(self._flushed)
+            log.warning(
+                "partition log %s: %d offsets written after the last good fsync rolled back "
+                "(the log ends at %d again)",
+                self.directory, dropped, self.log_end_offset,
+            )  # fmt: skip
+        return max(dropped, 0)
+
+    def probe_fsync(self) -> bool:
+        """After a failed fsync and its rollback: whether fsync works again (an fsync of the
+        active segment and the directory, at most once per `FSYNC_PROBE_INTERVAL_MS`).
+        True clears `fsync_failed`: appends and flushes go on."""
+        if self._fsync_failed is None:
+            return True
+        now = self._clock()
+        if now < self._next_probe_ms:
+            return False
+        self._next_probe_ms = now + FSYNC_PROBE_INTERVAL_MS
+        try:
+            _fsync_path(self._segments[-1].log_path)
+            _fsync_path(str(self.directory))
+        except OSError as exc:
+            log.debug("partition log %s: fsync still fails: %s", self.directory, exc)
+            return False
+        with self._lock:
+            self._fsync_failed = None
+        log.warning("partition log %s: fsync works again; appends resume", self.directory)
+        return True
 
     def close(self) -> None:
         """Flush everything, indexes included, and release file handles."""
+        if self._fsync_failed is not None:
+            self.roll_back_unsynced()
+            self.probe_fsync()
         if not self._offline:
             self.flush(sync_active_index=True)
         for segment in self._segments:
@@ -696,7 +787,8 @@ def flush_logs(
     then all their fsyncs at once (`fsync.fsync_all`), then each recovery point advanced.
 
     Returns the logs that failed, with the error. As with `FileLog.flush`, a log whose
-    fsync failed is taken offline; an offline log is skipped with its error."""
+    fsync failed stops flushing until its owner rolls it back; an offline log, or one
+    waiting for that, is skipped with its error."""
     plans: list[tuple[FileLog, _FlushPlan]] = []
     failed: dict[FileLog, Exception] = {}
     for log_ in logs:
@@ -713,7 +805,7 @@ def flush_logs(
         if error is None:
             log_._finish_flush(plan)
         else:
-            failed[log_] = log_._flush_failed(error)
+            failed[log_] = log_._flush_failed(plan, error)
     return failed
 
 

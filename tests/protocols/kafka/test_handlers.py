@@ -53,6 +53,7 @@ from weirmq.records.batch import (
     parse_header,
 )
 from weirmq.settings import Settings
+from weirmq.storage import log as storage_log
 from weirmq.storage.log import FileLog
 from weirmq.storage.manager import CLEAN_SHUTDOWN_FILE
 from weirmq.testing.records import make_batch, split_batches
@@ -741,6 +742,37 @@ def test_produce_acks_all_answers_storage_error_when_the_fsync_fails(
     assert [(a.error_code, a.base_offset) for a in answers] == [
         (ErrorCode.kafka_storage_error, -1)
     ] * partitions
+
+
+def test_an_idempotent_retry_after_a_failed_fsync_is_written_again(
+    open_client: OpenClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed batch is rolled back with the producer state that knew it: the retry is
+    appended again (not answered as a duplicate of offsets that no longer exist), and what
+    was durable before stays readable."""
+    client = open_client(**QUIET)
+    client.broker.create_topic("t", 1)
+    pid = client.producer_id()
+    first = client.produce("t", idempotent_batch(pid, 0, 0, 2), acks=-1)
+    assert (first.error_code, first.base_offset) == (ErrorCode.none, 0)
+    failing = {"on": True}
+    real = storage_log._fsync_path
+
+    def fsync(path: str) -> None:
+        if failing["on"]:
+            raise OSError(5, "Input/output error")
+        real(path)
+
+    monkeypatch.setattr(storage_log, "_fsync_path", fsync)
+    batch = idempotent_batch(pid, 0, 2, 3)
+    failed = client.produce("t", batch, acks=-1)
+    assert (failed.error_code, failed.base_offset) == (ErrorCode.kafka_storage_error, -1)
+    assert client.fetch("t", 0).error_code == ErrorCode.none  # the durable part is served
+    assert client.log("t").log_end_offset == 2  # the undurable batch rolled back
+    failing["on"] = False
+    retried = client.produce("t", batch, acks=-1)
+    assert (retried.error_code, retried.base_offset) == (ErrorCode.none, 2)
+    assert client.log("t").log_end_offset == 5
 
 
 def test_produce_acks_0_is_not_answered_but_appended(client: Client) -> None:
