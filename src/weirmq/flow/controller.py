@@ -46,10 +46,6 @@ PRESSURE_THROTTLE_MS_MAX: Final = 1_000
 several-fold, short enough that it notices an improvement within a second."""
 
 
-_RESOURCES: Final = frozenset({"memory", "disk"})
-"""The broker-wide gauges; every other one is a topic's backlog ("backlog:TOPIC")."""
-
-
 class Kind(enum.Enum):
     PRODUCE = "produce"
     FETCH = "fetch"
@@ -127,7 +123,12 @@ class FlowController:
     def _backlogs(self) -> bool:
         """Some topic's backlog is guarded: publishes are charged to it as they come, so
         even a free one is not idle (a fast producer would overshoot between samples)."""
-        return len(self.gauges) > len(_RESOURCES.intersection(self.gauges))
+        return len(self.gauges) > self._resources
+
+    @property
+    def _resources(self) -> int:
+        """The broker-wide gauges guarded; every other gauge is a topic's backlog."""
+        return ("memory" in self.gauges) + ("disk" in self.gauges)
 
     def decide(
         self,
