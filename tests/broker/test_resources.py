@@ -85,3 +85,15 @@ def test_memory_pressure_slows_producers(broker: Broker) -> None:
     assert broker.flow.decide(CTX, Kind.PRODUCE, 100, 0, ["t"]).reason == MEMORY
     broker.resources.sample(0)
     assert broker.flow.idle or broker.flow.gauges[MEMORY].state is Pressure.FREE
+
+
+def test_a_full_memory_budget_throttles_small_publishes_but_never_holds_them(
+    broker: Broker,
+) -> None:
+    # Partial frames of slow senders can hold the whole budget: holding a small publish
+    # would free none of it, and would let them stop every producer.
+    broker.resources.sample(broker.settings.queued_max_request_bytes)
+    assert broker.flow.gauges[MEMORY].state is Pressure.BLOCKED
+    decision = broker.flow.decide(CTX, Kind.PRODUCE, 100, 0, ["t"])
+    assert decision.reason == MEMORY and decision.throttle_ms > 0
+    assert not decision.wait_for

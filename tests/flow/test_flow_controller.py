@@ -143,15 +143,15 @@ def test_a_blocked_backlog_makes_publishes_to_its_topic_wait() -> None:
     assert flow.blocked(["backlog:orders"]), "not blocked once admitted publishes reach it"
 
 
-def test_a_refusing_resource_throttles_but_never_makes_publishes_wait() -> None:
+def test_a_resource_that_does_not_hold_throttles_but_never_makes_publishes_wait() -> None:
     flow = FlowController()
-    flow.guard("disk", Watermarks(1000, 2000), refuse=True)
+    flow.guard("disk", Watermarks(1000, 2000), hold=False)
     flow.update("disk", 2500)
     decision = flow.decide(CTX, Kind.PRODUCE, 10, 0, [])
     assert decision.throttle_ms == PRESSURE_THROTTLE_MS_MAX and not decision.wait_for
     assert flow.blocked(["disk"]) == {"disk"}
     flow.unguard("disk")
-    flow.guard("disk", Watermarks(1000, 2000))  # guarded again, without refuse
+    flow.guard("disk", Watermarks(1000, 2000))  # guarded again, holding
     flow.update("disk", 2500)
     assert flow.decide(CTX, Kind.PRODUCE, 10, 0, []).wait_for == {"disk"}
 

@@ -29,6 +29,7 @@ import pytest
 from weirmq.broker.stats import BrokerStats
 from weirmq.protocols.contract import CloseConnection, ConnectionHandle, Frame, Outcome, Reply
 from weirmq.server.connection import (
+    BUFFER_RELEASE_IDLE_S,
     Connection,
     ConnectionCounts,
     Listener,
@@ -78,13 +79,33 @@ class FakeTransport(asyncio.Transport):
 
 
 class LineFramer:
+    """Lines as frames; its buffer is allocated on first use, like Kafka's reader's."""
+
+    BUFFER_BYTES = 4096
+
     def __init__(self, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.missing_bytes = 0
-        self._buffer = bytearray(4096)
+        self.releases = 0
+        self._buffer = bytearray()
         self._pending = b""
 
+    @property
+    def allocated_bytes(self) -> int:
+        return len(self._buffer)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._pending)
+
+    def release_buffers(self) -> int:
+        self.releases += 1
+        released, self._buffer = len(self._buffer), bytearray()
+        return released
+
     def get_buffer(self, _sizehint: int) -> memoryview:
+        if not self._buffer:
+            self._buffer = bytearray(self.BUFFER_BYTES)
         return memoryview(self._buffer)
 
     def buffer_updated(self, nbytes: int) -> list[Frame]:
@@ -165,12 +186,56 @@ class SteppedListener(Listener):
         return self.now_s
 
 
+class SteppedTimersListener(SteppedListener):
+    """A stepped listener whose timers (idle timers, the heap trim) run when the test
+    says (`advance`), never on their own; heap trims are counted, not done."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.timers: list[tuple[float, Callable[[], None], asyncio.TimerHandle]] = []
+        self.trims = 0
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        when_s = self.now_s + delay_s
+        handle = asyncio.TimerHandle(when_s, callback, (), self.loop)  # never scheduled
+        self.timers.append((when_s, callback, handle))
+        return handle
+
+    def pending(self) -> list[float]:
+        """When the timers not yet run nor cancelled are due, in order."""
+        return sorted(when_s for when_s, _, handle in self.timers if not handle.cancelled())
+
+    def advance(self, to_s: float) -> int:
+        """Step the clock to `to_s`, running each timer as it comes due; returns how many
+        ran."""
+        ran = 0
+        while True:
+            due = [t for t in self.timers if not t[2].cancelled() and t[0] <= to_s]
+            if not due:
+                break
+            timer = min(due, key=lambda t: t[0])
+            self.timers.remove(timer)
+            self.now_s = max(self.now_s, timer[0])
+            timer[1]()
+            ran += 1
+        self.now_s = to_s
+        return ran
+
+    def trim_heap(self) -> None:
+        self.trims += 1
+
+
 # --- helpers --------------------------------------------------------------------------------
 
 
 def make_listener(**overrides: Any) -> tuple[SteppedListener, ScriptedAdapter]:
     adapter = ScriptedAdapter()
     return SteppedListener(adapter, Settings(**overrides), ConnectionCounts()), adapter
+
+
+def make_timed_listener(**overrides: Any) -> tuple[SteppedTimersListener, ScriptedAdapter]:
+    adapter = ScriptedAdapter()
+    return SteppedTimersListener(adapter, Settings(**overrides), ConnectionCounts()), adapter
 
 
 def make_real_time_listener() -> tuple[Listener, ScriptedAdapter]:
@@ -531,6 +596,125 @@ def test_the_idle_deadline_is_the_last_activity_plus_the_timeout_exactly() -> No
         listener.now_s = 605.0
         listener.close_idle()
         assert transport.closed
+
+    run(scenario)
+
+
+def line_framer(connection: Connection) -> LineFramer:
+    framer = connection.framer
+    assert isinstance(framer, LineFramer)
+    return framer
+
+
+def test_a_quiet_connection_releases_its_buffers_then_runs_no_timer_until_its_deadline() -> None:
+    async def scenario() -> None:
+        listener, _adapter = make_timed_listener(idle_timeout_ms=600_000)
+        connection, transport = connect(listener)
+        framer = line_framer(connection)
+        assert framer.allocated_bytes == 0 and listener.pending() == [600.0]
+        feed(connection, b"now:x\n")  # the first read allocates: the timer comes sooner
+        assert framer.allocated_bytes == LineFramer.BUFFER_BYTES
+        assert listener.pending() == [BUFFER_RELEASE_IDLE_S]
+        listener.advance(BUFFER_RELEASE_IDLE_S - 0.001)
+        assert framer.releases == 0
+        listener.advance(BUFFER_RELEASE_IDLE_S)
+        assert framer.releases == 1 and framer.allocated_bytes == 0
+        # Next: the memory trim, a second later, and this connection's idle deadline.
+        assert listener.pending() == [BUFFER_RELEASE_IDLE_S + 1.0, 600.0]
+        listener.advance(599.0)
+        assert listener.trims == 1 and framer.releases == 1
+        assert listener.pending() == [600.0]  # nothing ran in between: no CPU while quiet
+        assert not transport.closed
+        listener.advance(600.0)
+        assert transport.closed
+
+    run(scenario)
+
+
+def test_a_connection_reads_again_after_a_release_and_releases_again() -> None:
+    async def scenario() -> None:
+        listener, _adapter = make_timed_listener(idle_timeout_ms=600_000)
+        connection, _transport = connect(listener)
+        framer = line_framer(connection)
+        feed(connection, b"now:x\n")
+        listener.advance(10.0)
+        assert framer.releases == 1
+        listener.now_s = 100.0
+        feed(connection, b"now:y\n")
+        assert framer.allocated_bytes == LineFramer.BUFFER_BYTES
+        # The timer set for the idle deadline (t=600) is replaced by one for the release.
+        assert listener.pending() == [100.0 + BUFFER_RELEASE_IDLE_S]
+        listener.advance(100.0 + BUFFER_RELEASE_IDLE_S)
+        assert framer.releases == 2 and framer.allocated_bytes == 0
+
+    run(scenario)
+
+
+def test_buffers_are_kept_while_a_request_is_in_flight_or_bytes_keep_coming() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_timed_listener(idle_timeout_ms=600_000)
+        busy, _ = connect(listener)
+        chatty, _ = connect(listener)
+        feed(busy, b"wait:a\n")
+        feed(chatty, b"none\n")
+        for second in range(1, 20):  # a read every second: never quiet for long enough
+            listener.advance(float(second))
+            feed(chatty, b"none\n")
+        assert line_framer(busy).releases == 0  # its request is still being answered
+        assert line_framer(chatty).releases == 0
+        adapter.release("a")
+        await settle()  # answered and written at t=19, when chatty last sent
+        listener.advance(19.0 + BUFFER_RELEASE_IDLE_S - 0.001)
+        assert line_framer(busy).releases == 0 and line_framer(chatty).releases == 0
+        listener.advance(19.0 + BUFFER_RELEASE_IDLE_S)
+        assert line_framer(busy).releases == 1 and line_framer(chatty).releases == 1
+
+    run(scenario)
+
+
+def test_a_busy_connection_costs_one_idle_timer_per_release_period() -> None:
+    async def scenario() -> None:
+        listener, _adapter = make_timed_listener(idle_timeout_ms=600_000)
+        connection, _ = connect(listener)
+        ran = 0
+        for tick in range(1, 601):  # a read every 0.1 s for a minute
+            ran += listener.advance(tick / 10)
+            feed(connection, b"none\n")
+        assert line_framer(connection).releases == 0
+        assert ran <= 60 / BUFFER_RELEASE_IDLE_S
+
+    run(scenario)
+
+
+def test_a_connection_idle_timeout_below_the_release_period_just_closes() -> None:
+    async def scenario() -> None:
+        listener, _adapter = make_timed_listener(idle_timeout_ms=1000)
+        connection, transport = connect(listener)
+        feed(connection, b"now:x\n")
+        assert listener.pending() == [1.0]
+        listener.advance(1.0)
+        assert transport.closed and line_framer(connection).releases == 0
+
+    run(scenario)
+
+
+def test_released_memory_is_trimmed_once_for_many_connections() -> None:
+    async def scenario() -> None:
+        listener, _adapter = make_timed_listener()
+        for _ in range(3):
+            listener.buffers_released(1 << 20)
+        listener.buffers_released(0)  # nothing was dropped: nothing to do
+        assert listener.pending() == [1.0]  # one trim, a second after the first release
+        listener.advance(1.0)
+        assert listener.trims == 1 and listener.pending() == []
+        listener.buffers_released(1 << 20)
+        listener.buffers_released(40 << 20)  # enough to trim at once
+        assert listener.pending() == []  # the delayed trim was replaced by one right now
+        listener.buffers_released(1 << 20)
+        await settle()
+        assert listener.trims == 2
+        listener.advance(10.0)
+        assert listener.trims == 2
 
     run(scenario)
 

@@ -12,8 +12,9 @@ Once a second (`RESOURCE_SAMPLE_MS`, from the server loop) the broker measures:
   operator can delete data through it.
 - **memory**: bytes held by large requests being received or in flight (the connection
   pump's `queued_max_request_bytes` budget): producers are throttled from 60% of it. The
-  pump itself stops reading at 100% (that is the hard bound); the throttle makes
-  well-behaved clients slow down before it comes to that.
+  pump itself stops reading large requests at 100% (that is the hard bound); the throttle
+  makes well-behaved clients slow down before it comes to that. Small publishes are never
+  held for it: they would free nothing that the large requests hold.
 
 The file system is measured, not estimated from what the broker wrote: other programs
 share it.
@@ -58,7 +59,8 @@ class ResourceGuard:
         self._floor = settings.disk_free_min_bytes
         self._flow = flow
         self._logs = logs
-        flow.guard(MEMORY, Watermarks.of_budget(settings.queued_max_request_bytes))
+        # Throttles only: the pump holds large requests itself (see flow/controller.py).
+        flow.guard(MEMORY, Watermarks.of_budget(settings.queued_max_request_bytes), hold=False)
 
     def sample(self, memory_used_bytes: int) -> None:
         self._flow.update(MEMORY, memory_used_bytes)
@@ -78,7 +80,7 @@ class ResourceGuard:
             return
         before = self._flow.gauges.get(DISK)
         was_blocked = before is not None and before.state is Pressure.BLOCKED
-        self._flow.guard(DISK, marks, refuse=True)
+        self._flow.guard(DISK, marks, hold=False)
         blocked = self._flow.update(DISK, total_bytes - free_bytes) is Pressure.BLOCKED
         if blocked and not was_blocked:
             log.error(

@@ -18,9 +18,11 @@ A request asks `decide(ctx, kind, size_bytes, now_ms, topics)`:
 - a publish to a blocked resource must wait: the decision names the blocked gauges
   (`wait_for`), and the adapter waits until they unblock (or refuses the publish with
   its protocol's retriable error when that would outlast the request's timeout). A
-  gauge guarded with `refuse=True` (free disk) does not make publishes wait: the storage
-  layer refuses them at once, because waiting for an operator to free space would only
-  hold memory for nothing.
+  gauge guarded with `hold=False` throttles but never makes publishes wait: free disk
+  (the storage layer refuses publishes at once: waiting for an operator to free space
+  would only hold memory for nothing) and request memory (the connection pump bounds it
+  by not reading large requests; holding small publishes would free none of what, say,
+  slow senders' partial frames hold, and would let them stop every producer).
 
 Reads, group traffic and admin requests are never blocked by pressure (consumers are what
 drains a backlog); only quotas throttle them.
@@ -70,8 +72,8 @@ class FlowController:
     def __init__(self, quotas: QuotaTable | None = None) -> None:
         self.quotas = quotas or QuotaTable()
         self.gauges: dict[str, Gauge] = {}
-        self.refusing: set[str] = set()
-        """Gauges whose blocked state refuses publishes rather than holding them."""
+        self.not_holding: set[str] = set()
+        """Gauges whose blocked state only throttles publishes, never holds them."""
         self._pressed: set[str] = set()
         """Gauges not FREE: kept up to date so that `idle` costs no loop per request."""
         self.throttled_requests = 0
@@ -81,10 +83,13 @@ class FlowController:
 
     # --- the resources ------------------------------------------------------------------
 
-    def guard(self, name: str, marks: Watermarks, *, refuse: bool = False) -> Gauge:
-        """Guard a resource (or give an existing one new marks)."""
-        if refuse:
-            self.refusing.add(name)
+    def guard(self, name: str, marks: Watermarks, *, hold: bool = True) -> Gauge:
+        """Guard a resource (or give an existing one new marks); `hold`: whether its
+        blocked state makes publishes wait (see the module docstring)."""
+        if hold:
+            self.not_holding.discard(name)
+        else:
+            self.not_holding.add(name)
         gauge = self.gauges.get(name)
         if gauge is None:
             gauge = self.gauges[name] = Gauge(name, marks)
@@ -94,7 +99,7 @@ class FlowController:
 
     def unguard(self, name: str) -> None:
         self.gauges.pop(name, None)
-        self.refusing.discard(name)
+        self.not_holding.discard(name)
         self._pressed.discard(name)
 
     def update(self, name: str, level: int) -> Pressure:
@@ -162,7 +167,7 @@ class FlowController:
             wait_for = frozenset(
                 g.name
                 for g in pressed
-                if g.state is Pressure.BLOCKED and g.name not in self.refusing
+                if g.state is Pressure.BLOCKED and g.name not in self.not_holding
             )
             if not wait_for:
                 self._charge(topics, size_bytes)

@@ -6,7 +6,9 @@ The pump moves bytes; an adapter knows what they mean. They meet at four small t
 - a `Framer` per connection cuts the byte stream into frames. It has the shape of
   `asyncio.BufferedProtocol` (`get_buffer`, `buffer_updated`), so the kernel writes
   straight into the framer's memory, and says how many bytes the frame being received
-  still lacks (`missing_bytes`), so the pump can sleep until a large frame is complete;
+  still lacks (`missing_bytes`), so the pump can sleep until a large frame is complete.
+  The buffers it keeps for frames to come it drops when the pump says the connection has
+  gone quiet (`release_buffers`): an idle connection holds no frame memory;
 - a `Session` per connection turns each frame into what must be written back: a `Reply`
   now, nothing, or an awaitable of either when the answer has to wait (an fsync, a long
   poll). The pump writes replies in the order of the frames they answer, whatever order
@@ -79,6 +81,19 @@ class Framer(Protocol):
     def missing_bytes(self) -> int:
         """Bytes the frame being received still lacks before anything can be returned
         (0 when not inside a frame whose size is known)."""
+        ...
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet returned as frames (the start of a frame)."""
+        ...
+
+    def release_buffers(self) -> int:
+        """Drop the memory kept for frames to come, keeping only bytes received and not
+        yet returned; the next bytes allocate afresh. Frames already returned stay intact.
+        Returns the bytes dropped. Called when the connection has gone quiet, never
+        between `get_buffer` and its `buffer_updated` (asyncio's selector loops call the
+        two back to back), when the memory handed out may still be written into."""
         ...
 
 

@@ -25,7 +25,9 @@ large frames and fetch responses are allocated all the time, so at start we rais
 mmap and trim thresholds (measured: 2-6x less CPU per large frame on these machines).
 It costs an idle broker nothing: RSS with one client connected was the same, within
 0.1 MB, with and without it (measured). Memory freed after large frames is kept for the
-next ones, up to the trim threshold, by design.
+next ones, up to the trim threshold, by design; once connections go quiet and give their
+buffers back, the listener trims the heap itself (`Listener.trim_heap`, server/connection.py),
+so that quiet connections do not keep it.
 """
 
 from __future__ import annotations

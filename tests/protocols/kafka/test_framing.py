@@ -109,16 +109,23 @@ def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(
         boundaries.append(boundaries[-1] + 4 + len(body))
     near_a_boundary = st.sampled_from(boundaries).flatmap(lambda b: st.integers(b - 6, b + 6))
     cuts = data.draw(st.lists(st.one_of(st.integers(0, len(stream)), near_a_boundary), max_size=60))
+    chunks = _chunks_from_cuts(len(stream), cuts)
+    # The connection goes quiet after some chunks: the reader releases its buffers there.
+    quiet_after = data.draw(st.sets(st.integers(0, len(chunks) - 1)))
     reader = FrameReader(MAX_FRAME_BYTES, scratch_bytes)
     frames: list[bytes | memoryview] = []
     fed = consumed = 0
-    for chunk in _chunks_from_cuts(len(stream), cuts):
+    for i, chunk in enumerate(chunks):
         new = _feed(reader, stream[fed : fed + chunk])
         fed += chunk
         consumed += sum(4 + len(f) for f in new)
         frames.extend(new)
         pending = fed - consumed
         assert reader.buffered_bytes == pending
+        if i in quiet_after:
+            reader.release_buffers()
+            assert reader.buffered_bytes == pending  # the start of a frame is kept
+            assert reader.allocated_bytes == 0 or pending > 0
     assert reader.buffered_bytes == 0
     # Frames returned early must not have been overwritten by the bytes read after them.
     assert [bytes(f) for f in frames] == bodies
@@ -297,6 +304,69 @@ def test_a_lent_scratch_buffer_is_taken_back_once_released() -> None:
         owners.append(id(frame.obj))
         del frame  # handled: nothing refers to the buffer any more
     assert owners[0] == owners[2] and owners[1] == owners[3] and owners[0] != owners[1]
+
+
+# --- releasing the buffers of a quiet connection ---------------------------------------------
+
+
+def test_release_with_nothing_buffered_drops_every_buffer() -> None:
+    reader = FrameReader(MAX_FRAME_BYTES)
+    assert reader.allocated_bytes == 0  # nothing before the first read
+    assert reader.release_buffers() == 0
+    large = _body(2 * BIG_INITIAL_BYTES, 1)
+    medium = _body(LEND_BYTES_MIN, 2)
+    stream = _frame(b"small") + _frame(large) + _frame(medium)
+    assert _feed_and_forget(reader, stream, len(stream)) == [b"small", large, medium]
+    # A scratch buffer, the one lent for the medium frame, the large frame's spare.
+    held = reader.allocated_bytes
+    assert held == 2 * SCRATCH_BYTES + len(large)
+    assert reader.release_buffers() == held
+    assert reader.allocated_bytes == 0
+    assert reader.release_buffers() == 0
+    # As good as new: frames of every kind come out whole after a release.
+    assert _feed_and_forget(reader, stream, 10_000) == [b"small", large, medium]
+
+
+def test_release_keeps_the_start_of_a_frame() -> None:
+    reader = FrameReader(MAX_FRAME_BYTES)
+    body = _body(3000, 3)
+    data = _frame(b"first") + _frame(body)
+    assert _feed(reader, data[:100]) == [b"first"]
+    reader.release_buffers()
+    assert reader.buffered_bytes == 100 - 9
+    assert reader.allocated_bytes == SCRATCH_BYTES  # the scratch buffer holds it
+    assert _feed(reader, data[100:]) == [body]
+    reader.release_buffers()
+    assert reader.allocated_bytes == 0
+
+
+def test_release_keeps_a_large_frame_being_received() -> None:
+    reader = FrameReader(MAX_FRAME_BYTES)
+    body = _body(3 * BIG_INITIAL_BYTES, 4)
+    data = _frame(body)
+    _feed(reader, data[:300_000])
+    reader.release_buffers()
+    assert reader.buffered_bytes == 300_000
+    assert reader.allocated_bytes == 2 * BIG_INITIAL_BYTES  # its own buffer, grown once
+    assert _feed(reader, data[300_000:]) == [body]
+
+
+def test_frames_still_held_stay_intact_after_a_release() -> None:
+    """The reader drops its buffers, but a frame handed out still views one of them: the
+    view keeps that memory alive, and no later frame is read into it."""
+    reader = FrameReader(MAX_FRAME_BYTES)
+    medium_body = _body(LEND_BYTES_MIN + 100, 5)
+    large_body = _body(2 * BIG_INITIAL_BYTES, 6)
+    [medium] = _feed(reader, _frame(medium_body))
+    [large] = _feed(reader, _frame(large_body))
+    assert isinstance(medium, memoryview) and isinstance(large, memoryview)
+    reader.release_buffers()
+    assert reader.allocated_bytes == 0
+    later = [_body(size, 7 + i) for i, size in enumerate([LEND_BYTES_MIN, 2 * BIG_INITIAL_BYTES])]
+    stream = b"".join(_frame(b) for b in later * 3)
+    assert _feed_and_forget(reader, stream, 50_000) == later * 3
+    assert bytes(medium) == medium_body
+    assert bytes(large) == large_body
 
 
 def test_frame_that_just_fits_the_scratch_buffer_is_returned_as_bytes() -> None:

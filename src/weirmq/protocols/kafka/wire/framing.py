@@ -36,6 +36,14 @@ handed out as a view of the scratch buffer, which is then lent: the reader conti
 second scratch buffer (moving over the few bytes of a frame not yet complete), and takes
 the first one back once nothing refers to it, the same check as for large frames. A
 connection thus keeps at most two scratch buffers.
+
+All this memory is kept for the frames to come, which an idle connection may never send:
+at up to ~2 MiB a connection, 10,000 connections that produced once would hold gigabytes.
+So the connection pump calls `release_buffers` once a connection has gone quiet, and the
+reader drops every buffer that holds no byte received and not yet returned; the next
+bytes allocate afresh, as on a new connection. Dropping a buffer that a frame handed out
+still views frees nothing under it: the view holds a reference, and the memory goes with
+the last one.
 """
 
 from __future__ import annotations
@@ -101,6 +109,30 @@ class FrameReader:
         if self._big is not None:  # its 4 size bytes are consumed but the frame is pending
             return 4 + self._big_filled
         return self._end - self._start
+
+    @property
+    def allocated_bytes(self) -> int:
+        """The size of the buffers this reader holds, whether or not they hold data."""
+        buffers = (self._scratch, self._lent, self._spare, self._big)
+        return sum(len(buffer) for buffer in buffers if buffer is not None)
+
+    def release_buffers(self) -> int:
+        """Drop every buffer that holds no received byte still to be returned: the scratch
+        buffer unless it holds the start of a frame, the lent one, the spare one (a large
+        frame being received keeps its buffer). Returns the bytes dropped. Frames handed
+        out stay intact: a view keeps its buffer alive, whatever the reader drops. Not
+        between `get_buffer` and `buffer_updated`: bytes written into a dropped buffer
+        would be lost."""
+        released = 0
+        if self._start == self._end:
+            released += len(self._scratch)
+            self._scratch = bytearray()
+            self._start = self._end = 0
+        for buffer in (self._lent, self._spare):
+            if buffer is not None:
+                released += len(buffer)
+        self._lent = self._spare = None
+        return released
 
     def get_buffer(self, _sizehint: int = -1) -> memoryview:
         """Memory the next received bytes should be written into."""
@@ -236,9 +268,7 @@ def parse_request_header(
     return RequestHeader(api_key, api_version, correlation_id, client_id, position)
 
 
-def read_uvarint(
-    buf: bytes | memoryview, position: int, end: int | None = None
-) -> tuple[int, int]:
+def read_uvarint(buf: bytes | memoryview, position: int, end: int | None = None) -> tuple[int, int]:
     """An unsigned varint at `position`, within `buf[:end]`; returns (value, next position)."""
     end = len(buf) if end is None else end
     value = 0
