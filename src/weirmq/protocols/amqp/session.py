@@ -1,0 +1,176 @@
+"""AMQP as the connection pump sees it (`weirmq.protocols.contract`): the thin shell that
+performs what `AmqpConnection` decides.
+
+Per connection, `AmqpAdapter` makes an `AmqpFramer` (bytes to frames) and an
+`AmqpSession`, which reads the injected clock, hands each frame to the state machine and
+does what the returned `Step` says, in one place (`_perform`):
+
+- the frames are encoded with pamqp and become the frame's `Reply` (or are `send`t, for
+  what a timer or the flow signal produced);
+- the step's deadline arms one timer on the injected `Timers`, only when it is earlier
+  than the one already armed: a deadline that moved later (traffic arrived) is found by
+  `tick` when the old timer fires, which returns the new one. So a busy connection costs
+  one timer per heartbeat period, not one per frame;
+- a close is done from a timer due at once, never inside `handle`: the pump drops what is
+  due on a connection that closes during the read that produced it, and the last frames
+  (Connection.Close, CloseOk, our protocol header) must reach the client. By the time the
+  timer runs they are in the transport, which writes them before it closes.
+
+`AmqpAdapter.flow` is the protocol-neutral back-pressure signal: the broker calls it when
+its flow controller blocks or unblocks publishers, and every live connection tells its
+client (Connection.Blocked / Unblocked).
+
+Stage 1 has no broker behind it: the `MethodTable` given to the adapter is empty unless a
+caller registers handlers, so exchange, queue and basic methods are answered 540.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...types import Clock, Timer, Timers
+from ..contract import ConnectionHandle, Frame, Outcome, Reply
+from .config import AmqpConfig
+from .connection import AmqpConnection, Step
+from .framing import AmqpFramer, encode
+from .methods import MethodTable
+
+
+class AmqpSession:
+    """One AMQP connection; see the module docstring."""
+
+    __slots__ = (
+        "_adapter",
+        "_clock",
+        "_connection",
+        "_timer",
+        "_timer_at_ms",
+        "_timers",
+        "machine",
+    )
+
+    def __init__(
+        self,
+        adapter: AmqpAdapter,
+        connection: ConnectionHandle,
+        frame_max_bytes: int,
+    ) -> None:
+        self._adapter = adapter
+        self._connection = connection
+        self._clock: Clock = adapter.clock
+        self._timers: Timers = adapter.timers
+        self._timer: Timer | None = None
+        self._timer_at_ms: int | None = None
+        config = adapter.config
+        if frame_max_bytes < config.frame_max_bytes:  # never offer what the framer refuses
+            config = replace(config, frame_max_bytes=frame_max_bytes)
+        self.machine = AmqpConnection(
+            config, self._clock(), peer_host=connection.peer_host, methods=adapter.methods
+        )
+        self._arm(self.machine.deadline_ms)
+
+    # --- the contract ------------------------------------------------------------------
+
+    def handle(self, frame: Frame) -> Outcome:
+        return self._perform(self.machine.receive(frame, self._clock()))
+
+    def writing_resumed(self) -> None:
+        """Nothing to do yet: stage 1 pushes nothing but heartbeats and flow notices."""
+
+    def closed(self) -> None:
+        self._cancel_timer()
+        self.machine.transport_closed()
+        self._adapter.sessions.discard(self)
+
+    # --- what the broker may ask -------------------------------------------------------
+
+    def flow(self, blocked: bool, reason: str) -> None:
+        """Tell the client publishes are blocked, or may resume (see `AmqpConnection.flow`)."""
+        self._push(self.machine.flow(blocked, reason, self._clock()))
+
+    def shutdown(self) -> None:
+        """Close with 320 CONNECTION_FORCED: the broker is stopping."""
+        self._push(self.machine.shutdown(self._clock()))
+
+    # --- performing steps --------------------------------------------------------------
+
+    def _perform(self, step: Step) -> Reply | None:
+        reply = None
+        if step.frames:
+            data = b"".join(encode(channel, value) for channel, value in step.frames)
+            reply = Reply(b"", [data], step.frames[0][1].name)
+        if step.close is not None:
+            self._cancel_timer()
+            reason = step.close
+            self._timers.call_at(self._clock(), lambda: self._connection.close(reason))
+        else:
+            self._arm(step.deadline_ms)
+        return reply
+
+    def _push(self, step: Step) -> None:
+        reply = self._perform(step)
+        if reply is not None:
+            self._connection.send(reply)
+
+    def _timer_due(self) -> None:
+        self._timer = None
+        self._timer_at_ms = None
+        self._push(self.machine.tick(self._clock()))
+
+    def _arm(self, deadline_ms: int | None) -> None:
+        if deadline_ms is None:
+            self._cancel_timer()
+            return
+        if self._timer_at_ms is not None and self._timer_at_ms <= deadline_ms:
+            return  # the armed timer comes first; `tick` then returns this deadline
+        self._cancel_timer()
+        self._timer = self._timers.call_at(deadline_ms, self._timer_due)
+        self._timer_at_ms = deadline_ms
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at_ms = None
+
+
+class AmqpAdapter:
+    """Makes an `AmqpFramer` and an `AmqpSession` for each connection."""
+
+    name = "amqp"
+
+    def __init__(
+        self,
+        config: AmqpConfig,
+        clock: Clock,
+        timers: Timers,
+        methods: MethodTable | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.timers = timers
+        self.methods = methods if methods is not None else MethodTable()
+        self.sessions: set[AmqpSession] = set()
+        """The live connections (for `flow` and `shutdown`)."""
+        self._frame_max_bytes = config.frame_max_bytes
+
+    def new_framer(self, max_frame_bytes: int) -> AmqpFramer:
+        # The pump's bound (max_request_bytes) caps ours; it is one setting for every
+        # connection, so the session made next for this connection offers the same.
+        self._frame_max_bytes = min(max_frame_bytes, self.config.frame_max_bytes)
+        return AmqpFramer(self._frame_max_bytes)
+
+    def new_session(self, connection: ConnectionHandle) -> AmqpSession:
+        session = AmqpSession(self, connection, self._frame_max_bytes)
+        self.sessions.add(session)
+        return session
+
+    def flow(self, blocked: bool, reason: str = "") -> None:
+        """Publishers are blocked (or may resume): tell every connection's client."""
+        for session in list(self.sessions):
+            session.flow(blocked, reason)
+
+    def shutdown(self) -> None:
+        """Close every connection with 320 CONNECTION_FORCED."""
+        for session in list(self.sessions):
+            session.shutdown()
