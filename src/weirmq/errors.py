@@ -30,6 +30,7 @@ adapter left out):
         NotOneBatchError                broker.partition      invalid_record
         OffsetOutOfRangeError           storage.errors        offset_out_of_range
         OutOfOrderSequenceError         broker.producers      out_of_order_sequence_number
+        PolicyViolationError            broker.topics         policy_violation
         RecordListTooLargeError         records.batch         record_list_too_large
         RoutingError                    routing.errors        invalid_config
             BindingCycleError           routing.errors        invalid_config
@@ -54,6 +55,8 @@ adapter left out):
             DataDirLockedError          storage.lock          kafka_storage_error
             DiskFullError               storage.errors        kafka_storage_error
             LogOfflineError             storage.errors        kafka_storage_error
+        ThrottlingQuotaExceededError    broker.topics         throttling_quota_exceeded
+        TopicBusyError                  broker.topics         reassignment_in_progress
         TopicExistsError                broker.topics         topic_already_exists
         TransactionsUnsupportedError    broker.partition      invalid_txn_state
         UnknownTopicError               broker.topics         unknown_topic_or_partition

@@ -58,6 +58,8 @@ NOT_SETTINGS_ENV_VARS = frozenset({CONFIG_FILE_ENV_VAR, BOOTSTRAP_ENV_VAR})
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 PORT_MAX = 65535
+PARTITIONS_PER_TOPIC_MAX = 100_000
+"""Partitions of one topic at most (`broker.core.PARTITIONS_MAX` is this)."""
 # Longer values are cut in error messages: a whole TOML table would drown the point.
 SHOWN_VALUE_CHARS_MAX = 80
 
@@ -331,6 +333,31 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         "partitions of an auto-created topic",
         minimum=1, maximum=INT32_MAX,
     ),
+    # Bounds of topic creation (issue 20), kept together: see broker/topics.py.
+    SettingSpec(
+        "max_partitions_per_request", INTEGER, None,
+        "partitions one CreateTopics or CreatePartitions request may create in all; a "
+        "request asking more is refused whole (POLICY_VIOLATION), as Kafka 4 does",
+        minimum=1, maximum=PARTITIONS_PER_TOPIC_MAX,
+    ),
+    SettingSpec(
+        "max_broker_partitions", INTEGER, None,
+        "partitions this broker holds at most; a creation past it is refused "
+        "(POLICY_VIOLATION, or UNKNOWN_TOPIC_OR_PARTITION for an auto-creation)",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "controller_mutation_rate", INTEGER, None,
+        "partitions one client id may create or delete per second (Kafka's KIP-599 quota, "
+        "for every client); past it, THROTTLING_QUOTA_EXCEEDED; 0: no quota",
+        minimum=0, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "auto_create_topics_rate", INTEGER, None,
+        "topics one client id may have auto-created per second; past it, "
+        "THROTTLING_QUOTA_EXCEEDED; 0: no limit",
+        minimum=0, maximum=INT32_MAX,
+    ),
     SettingSpec(
         "message_max_bytes", INTEGER, "message.max.bytes",
         "largest record batch accepted",
@@ -490,6 +517,16 @@ class Settings:
     """auto.create.topics.enable."""
     default_partitions: int = 1
     """num.partitions."""
+    # Bounds of topic creation (issue 20), kept together.
+    max_partitions_per_request: int = 10_000
+    """Kafka 4's fixed limit (KAFKA-17870): one request makes at most this many."""
+    max_broker_partitions: int = 100_000
+    """Each partition costs ~3 KiB of memory and ~0.15 ms of start-up when idle."""
+    controller_mutation_rate: int = 0
+    """KIP-599's controller_mutation_rate, applied to every client id; 0: none (Kafka's
+    default)."""
+    auto_create_topics_rate: int = 10
+    """Per client id, with bursts of 11 seconds' worth (110 topics), as Kafka's quotas."""
     message_max_bytes: int = 1048588
     """message.max.bytes: the largest record batch."""
     segment_bytes: int = 1073741824

@@ -88,11 +88,11 @@ def test_logs_that_cannot_be_made_undo_the_topic(broker: Broker, disk: Disk) -> 
     real_add = broker._add_partition
     made: list[int] = []
 
-    def add_then_fill(name: str, index: int, overrides: object = None) -> object:
+    def add_then_fill(name: str, index: int, *rest: object) -> object:
         if index == 2:  # topics.json saved and two logs made: then the disk fills up
             disk.full = True
         made.append(index)
-        return real_add(name, index, overrides)  # type: ignore[arg-type]
+        return real_add(name, index, *rest)  # type: ignore[arg-type]
 
     broker._add_partition = add_then_fill  # type: ignore[method-assign]
     with pytest.raises(KafkaError):

@@ -41,6 +41,7 @@ from . import configs
 
 if TYPE_CHECKING:
     from .core import Broker
+    from .topics import Topic
 
 GAUGE_PREFIX: Final = "backlog:"
 
@@ -86,6 +87,22 @@ class BacklogGuard:
         for name in self._guarded - guarded:
             flow.unguard(name)
         self._guarded = guarded
+
+    def refresh(self, topic: Topic) -> None:
+        """`topic` was created or its configs changed: guard it (or stop) at once, so that
+        a topic that opts in is bounded from its first publish, not from the next sample."""
+        limit = configs.backlog_limit(topic.configs)
+        name = gauge_name(topic.name)
+        if limit is None:
+            if name in self._guarded:
+                self._broker.flow.unguard(name)
+                self._guarded.discard(name)
+            return
+        bound, group = limit
+        positions = self._positions({topic.name})
+        self._broker.flow.guard(name, Watermarks.of_budget(bound))
+        self._broker.flow.update(name, self.level(topic.name, topic.partitions, group, positions))
+        self._guarded.add(name)
 
     def level(
         self,

@@ -36,6 +36,7 @@ from weirmq.testing import ManualClock, ManualTimers
 from weirmq.testing.records import make_batch
 
 BOUND = 10_000
+LARGE = 1 << 30
 TIMEOUT_MS = 2_000
 
 
@@ -52,9 +53,13 @@ def client(tmp_path: Path, timers: ManualTimers) -> Iterator[Client]:
     client.close()
 
 
-def opt_in(client: Client, group: str = "", partitions: int = 1, grain: int = 0) -> None:
-    """Opt t in; `grain` is its index interval (0: every batch indexed, exact counts)."""
-    configs = {"weirmq.backlog.max.bytes": str(BOUND), "index.interval.bytes": str(grain)}
+def opt_in(
+    client: Client, group: str = "", partitions: int = 1, grain: int = 0, bound: int = LARGE
+) -> None:
+    """Opt t in; `grain` is its index interval (0: every batch indexed, exact counts). The
+    bound is large by default: through the dispatcher a throttled produce is held on the
+    stepped clock, which these tests do not step."""
+    configs = {"weirmq.backlog.max.bytes": str(bound), "index.interval.bytes": str(grain)}
     if group:
         configs["weirmq.backlog.group"] = group
     client.broker.create_topic("t", partitions, configs)
@@ -122,6 +127,15 @@ def test_with_a_sparse_index_the_count_errs_by_at_most_one_interval(client: Clie
     assert exact <= level(client) <= exact + 4096
 
 
+def test_a_topic_is_guarded_from_its_creation_and_until_it_opts_out(client: Client) -> None:
+    opt_in(client, group="g")
+    assert gauge_name("t") in client.broker.flow.gauges, "unguarded until the next sample"
+    client.broker.replace_topic_configs("t", {})
+    assert gauge_name("t") not in client.broker.flow.gauges
+    client.broker.replace_topic_configs("t", {"weirmq.backlog.max.bytes": "100"})
+    assert gauge_name("t") in client.broker.flow.gauges
+
+
 def test_a_topic_that_opts_out_loses_its_gauge(client: Client) -> None:
     opt_in(client, group="g")
     fill(client, 1)
@@ -133,7 +147,7 @@ def test_a_topic_that_opts_out_loses_its_gauge(client: Client) -> None:
 
 
 def test_the_backlog_slows_then_blocks_producers(client: Client) -> None:
-    opt_in(client, group="g")
+    opt_in(client, group="g", bound=BOUND)
     partition = client.broker.partition("t", 0)
     assert partition is not None
     gauge_state: list[Pressure] = []

@@ -20,17 +20,18 @@ with the highest version we listed.
 
 Every other request is admitted by `flow.admission` first, with the request's context
 (client id, host) that the handler also gets: the decision's throttle is written into
-the response's `throttle_time_ms` here, in one place, and no handler sets it. A Fetch's
+the response's `throttle_time_ms` here, in one place (a handler may only ask a throttle
+of its own, the controller mutation quota of KIP-599: the larger is written). A Fetch's
 answer is charged to the client's consumer byte-rate quota once its size is known, and
 every request's handler time to its request quota. A throttled response is held back by
 its throttle (KIP-219), on the broker's timers, so that a client that ignores the field
 is slowed all the same; acks=0 produces, which get no response, are not held.
 
-A produce to a blocked resource (the request memory budget, a topic's backlog at its
-bound) is not handled until the resource unblocks; if it is still blocked at the
-request's timeout, the produce is refused with the retriable REQUEST_TIMED_OUT and nothing
-is written (`Dispatcher._unblocked`). Producers retry it, and are held again: a full
-broker slows its producers to what its consumers take, instead of failing them.
+A produce to a blocked resource (a topic's backlog at its bound) is not handled until
+the resource unblocks; if it is still blocked at the request's timeout, the produce is
+refused with the retriable REQUEST_TIMED_OUT and nothing is written
+(`Dispatcher._unblocked`). Producers retry it, and are held again: a full broker slows
+its producers to what its consumers take, instead of failing them.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ class Dispatcher:
             self._observe(key, started, ctx)
             return None
         if isinstance(result, dict):
-            throttle_ms = max(throttle_ms, self._fetched(key, ctx, result))
+            throttle_ms = max(throttle_ms, self._fetched(key, ctx, result), _asked(result))
             reply = _reply(key, version, header.correlation_id, result, throttle_ms)
             self._observe(key, started, ctx)
             return reply if throttle_ms <= 0 else self._held(reply, throttle_ms)
@@ -301,7 +302,7 @@ class Dispatcher:
         if result is None:
             self._observe(key, started, ctx)
             return None
-        throttle_ms = max(throttle_ms, self._fetched(key, ctx, result))
+        throttle_ms = max(throttle_ms, self._fetched(key, ctx, result), _asked(result))
         reply = _reply(key, version, correlation_id, result, throttle_ms)
         self._observe(key, started, ctx)
         if throttle_ms > 0:
@@ -328,6 +329,12 @@ class Dispatcher:
             ],
         }
         return _reply(API_VERSIONS_KEY, version, correlation_id, data, 0)
+
+
+def _asked(result: dict[str, Any]) -> int:
+    """A throttle the handler asked itself (the controller mutation quota of CreateTopics,
+    CreatePartitions and DeleteTopics, KIP-599): stamped like the admission's."""
+    return int(result.get("throttle_time", 0))
 
 
 async def _ready(result: dict[str, Any] | None) -> dict[str, Any] | None:

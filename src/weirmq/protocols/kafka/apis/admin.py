@@ -8,9 +8,25 @@ Each handler is a loop over the resources of the request, answering every one of
 with its own error code (a bad resource never fails its neighbours), as Kafka does. The
 work itself is in `Broker` (create_topic, delete_topic, create_partitions, the config
 methods, delete_records), which raises a `KafkaError` naming the precise code; here the
-request's shape is checked and the answer built. Everything is synchronous: a topic exists
-on disk, with its configs persisted, before its CreateTopics answer is sent, so `timeout`
-is never reached.
+request's shape is checked and the answer built. A topic exists on disk, with its configs
+persisted, before its CreateTopics answer is sent.
+
+Creation is bounded (issue 20; the limits are the broker's settings, see
+broker/topics.py), as Kafka bounds it:
+
+- a CreateTopics or CreatePartitions asking more than `max_partitions_per_request`
+  partitions in all is refused whole, every topic POLICY_VIOLATION (Kafka 4,
+  KAFKA-17870 and KAFKA-19673); past `max_broker_partitions`, the topic that would pass it;
+- the controller mutation quota (KIP-599, `controller_mutation_rate`): before each topic
+  created, grown or deleted, a client past its quota gets THROTTLING_QUOTA_EXCEEDED for
+  it, with the wait in the message and in `throttle_time_ms`; what is admitted is counted,
+  in partitions. Versions older than KIP-599's (CreateTopics v6, CreatePartitions v3,
+  DeleteTopics v5) do not know the error, so, as Kafka, they are counted but never refused.
+
+A creation of more than `CREATE_IN_REQUEST_MAX` partitions is made off the event loop
+(`Broker.create_topic_soon`): the handler answers once it is done, other requests served
+meanwhile, or after `CREATE_WAIT_MAX_MS` with REQUEST_TIMED_OUT while the creation goes on
+(Kafka's answer to a creation that outlasts the request's timeout).
 
 One broker is the whole cluster: a replication factor of 1 (or -1, "the default") is the
 only one possible, and a manual replica assignment may name only this broker. Broker
@@ -20,19 +36,23 @@ and flags) but not altered.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from ....broker import configs
 from ....broker.configs import ConfigSource, ConfigType
-from ....broker.core import INTERNAL_TOPICS, Broker
+from ....broker.core import CREATE_IN_REQUEST_MAX, INTERNAL_TOPICS, PARTITIONS_MAX, Broker
 from ....broker.exchanges import BINDINGS_CONFIG
 from ....broker.topics import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
+    ThrottlingQuotaExceededError,
+    Topic,
     UnknownTopicError,
 )
 from ....errors import ErrorCode, KafkaError
@@ -45,6 +65,7 @@ from ..requests import (
     CreatableConfig,
     CreatableTopic,
     CreatePartitionsRequest,
+    CreatePartitionsTopic,
     CreateTopicsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
@@ -65,6 +86,13 @@ GROUP (3) instead, which no Kafka config resource uses, so both name a group."""
 RESOURCE_GROUPS = (RESOURCE_GROUP, 3)
 DEFAULT_REPLICATION_FACTOR = -1
 DEFAULT_PARTITIONS = -1
+CREATE_TOPICS_QUOTA_VERSION: Final = 6
+DELETE_TOPICS_QUOTA_VERSION: Final = 5
+CREATE_PARTITIONS_QUOTA_VERSION: Final = 3
+"""The first versions that know THROTTLING_QUOTA_EXCEEDED (KIP-599)."""
+CREATE_WAIT_MAX_MS: Final = 30_000
+"""The longest a CreateTopics or CreatePartitions answer waits for an off-loop creation:
+about a client's own request timeout (librdkafka's and Java's are 30 s)."""
 
 
 class _InvalidRequest(KafkaError):
@@ -89,15 +117,94 @@ def _error(exc: KafkaError) -> tuple[ErrorCode, str]:
     return exc.code, str(exc)
 
 
+class _TimedOut(KafkaError):
+    code = ErrorCode.request_timed_out
+
+
+@dataclass
+class _MutationQuota:
+    """KIP-599 for one request (module docstring): `admit` before each topic, `charge`
+    what was admitted; `throttle_ms` is the response's throttle."""
+
+    broker: Broker
+    client_id: str
+    strict: bool
+    asked_ms: int = 0
+
+    def admit(self, name: str) -> None:
+        quota = self.broker.mutation_quota
+        wait_ms = quota.throttle_ms(self.client_id, self.broker.clock())
+        if not wait_ms:
+            return
+        self.asked_ms = max(self.asked_ms, wait_ms)
+        if self.strict:
+            raise ThrottlingQuotaExceededError(
+                f"topic {name!r}: client {self.client_id!r} is past its controller mutation "
+                f"quota ({quota.rate_per_s} partitions/s); retry in {wait_ms} ms",
+                wait_ms,
+            )
+
+    def charge(self, partitions: int) -> None:
+        self.broker.mutation_quota.record(self.client_id, partitions, self.broker.clock())
+
+    def throttle_ms(self) -> int:
+        now = self.broker.clock()
+        return max(self.asked_ms, self.broker.mutation_quota.throttle_ms(self.client_id, now))
+
+
+def _too_many(broker: Broker, asked: int) -> str | None:
+    """Why a request asking `asked` partitions in all is refused whole, or None."""
+    limit = broker.settings.max_partitions_per_request
+    if asked <= limit:
+        return None
+    return (
+        f"Excessively large number of partitions per request: {asked} asked in all, "
+        f"max_partitions_per_request is {limit}"
+    )
+
+
+async def _settled(broker: Broker, task: asyncio.Task[Topic], deadline_ms: int) -> Topic:
+    """The topic an off-loop creation makes, or `_TimedOut` at `deadline_ms` on the
+    broker's clock (the creation goes on). A cancelled wait leaves it going too."""
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake(*_: object) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = broker.timers.call_at(deadline_ms, wake)
+    task.add_done_callback(wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        task.remove_done_callback(wake)
+    if not task.done():
+        raise _TimedOut(
+            f"still being made after {CREATE_WAIT_MAX_MS} ms; it is known once every partition "
+            "exists"
+        )
+    return task.result()
+
+
 # --- CreateTopics ---------------------------------------------------------------------------
 
 
 def handle_create_topics(
     broker: Broker, request: CreateTopicsRequest, version: int, ctx: RequestContext
-) -> dict[str, Any]:
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     counts = Counter(t.name for t in request.topics)
     validate_only = bool(request.validate_only)
-    results = []
+    refusal = _too_many(broker, sum(_asked_partitions(broker, t) for t in request.topics))
+    if refusal is not None:
+        return {
+            "topics": [
+                _created_error(t.name, ErrorCode.policy_violation, refusal) for t in request.topics
+            ]
+        }
+    quota = _MutationQuota(broker, ctx.client_id, version >= CREATE_TOPICS_QUOTA_VERSION)
+    results: list[dict[str, Any] | tuple[str, asyncio.Task[Topic]]] = []
     for wanted in request.topics:
         if counts[wanted.name] > 1:
             results.append(
@@ -105,20 +212,59 @@ def handle_create_topics(
             )
             continue
         try:
-            results.append(_create_one(broker, wanted, validate_only))
+            results.append(_create_one(broker, wanted, validate_only, quota))
         except KafkaError as exc:
             results.append(_created_error(wanted.name, *_error(exc)))
-    return {"topics": results}
+    if any(isinstance(result, tuple) for result in results):
+        return _when_created(broker, results, quota)
+    return {"topics": results, "throttle_time": quota.throttle_ms()}
 
 
-def _create_one(broker: Broker, wanted: CreatableTopic, validate_only: bool) -> dict[str, Any]:
+async def _when_created(
+    broker: Broker,
+    results: list[dict[str, Any] | tuple[str, asyncio.Task[Topic]]],
+    quota: _MutationQuota,
+) -> dict[str, Any]:
+    """The answer once the off-loop creations of the request are done (or at most
+    `CREATE_WAIT_MAX_MS` from now, all of them together)."""
+    deadline_ms = broker.clock() + CREATE_WAIT_MAX_MS
+    topics = []
+    for result in results:
+        if isinstance(result, dict):
+            topics.append(result)
+            continue
+        name, task = result
+        try:
+            topics.append(_created(broker, await _settled(broker, task, deadline_ms)))
+        except KafkaError as exc:
+            topics.append(_created_error(name, *_error(exc)))
+    return {"topics": topics, "throttle_time": quota.throttle_ms()}
+
+
+def _create_one(
+    broker: Broker, wanted: CreatableTopic, validate_only: bool, quota: _MutationQuota
+) -> dict[str, Any] | tuple[str, asyncio.Task[Topic]]:
+    """The topic's answer, or its off-loop creation under way."""
     if wanted.name in INTERNAL_TOPICS:
         # Kafka refuses its own internal log (__cluster_metadata) so; WeirMQ's internal
         # topics are all made by the broker, with the configs its services rely on.
         raise _InvalidRequest(f"Creation of internal topic {wanted.name} is prohibited.")
     partitions = _partition_count(broker, wanted)
     overrides = _named_once(wanted.configs)
-    topic = broker.create_topic(wanted.name, partitions, overrides, validate_only=validate_only)
+    if validate_only:
+        validated = broker.create_topic(wanted.name, partitions, overrides, validate_only=True)
+        return _created(broker, validated)
+    quota.admit(wanted.name)
+    if partitions > CREATE_IN_REQUEST_MAX:
+        task = broker.create_topic_soon(wanted.name, partitions, overrides)
+        quota.charge(partitions)
+        return wanted.name, task
+    topic = broker.create_topic(wanted.name, partitions, overrides)
+    quota.charge(partitions)
+    return _created(broker, topic)
+
+
+def _created(broker: Broker, topic: Topic) -> dict[str, Any]:
     return {
         "name": topic.name,
         "topic_id": topic.topic_id,
@@ -138,6 +284,19 @@ def _create_one(broker: Broker, wanted: CreatableTopic, validate_only: bool) -> 
             for entry in configs.describe(broker.settings, topic.configs)
         ],
     }
+
+
+def _asked_partitions(broker: Broker, wanted: CreatableTopic) -> int:
+    """The partitions a CreatableTopic asks for, as Kafka counts them for its limit per
+    request, except that a count no topic may have (INVALID_PARTITIONS on its own, such as
+    100,001) counts nothing: that topic's own error says more."""
+    if wanted.assignments:
+        count = len(wanted.assignments)
+    elif int(wanted.num_partitions) == DEFAULT_PARTITIONS:
+        count = broker.settings.default_partitions
+    else:
+        count = int(wanted.num_partitions)
+    return count if 1 <= count <= PARTITIONS_MAX else 0
 
 
 def _partition_count(broker: Broker, wanted: CreatableTopic) -> int:
@@ -198,6 +357,7 @@ def handle_delete_topics(
         *((name, None) for name in request.topic_names),
         *((t.name, t.topic_id) for t in request.topics),
     ]
+    quota = _MutationQuota(broker, ctx.client_id, version >= DELETE_TOPICS_QUOTA_VERSION)
     responses = []
     for name, topic_id in wanted:
         code, message = ErrorCode.none, None
@@ -210,7 +370,9 @@ def handle_delete_topics(
                 if name is None:
                     raise _UnknownTopicId(f"unknown topic id {topic_id}")
                 raise UnknownTopicError(f"unknown topic {name!r}")
+            quota.admit(topic.name)
             broker.delete_topic(topic.name)
+            quota.charge(topic.partitions)
         except KafkaError as exc:
             code, message = _error(exc)
         responses.append(
@@ -221,7 +383,7 @@ def handle_delete_topics(
                 "error_message": message,
             }
         )
-    return {"responses": responses}
+    return {"responses": responses, "throttle_time": quota.throttle_ms()}
 
 
 # --- CreatePartitions -----------------------------------------------------------------------
@@ -229,30 +391,90 @@ def handle_delete_topics(
 
 def handle_create_partitions(
     broker: Broker, request: CreatePartitionsRequest, version: int, ctx: RequestContext
-) -> dict[str, Any]:
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     counts = Counter(t.name for t in request.topics)
-    results = []
+    refusal = _too_many(broker, sum(_new_partitions(broker, t) for t in request.topics))
+    if refusal is not None:
+        return {
+            "results": [_grown(t.name, ErrorCode.policy_violation, refusal) for t in request.topics]
+        }
+    quota = _MutationQuota(broker, ctx.client_id, version >= CREATE_PARTITIONS_QUOTA_VERSION)
+    results: list[dict[str, Any] | tuple[str, asyncio.Task[Topic]]] = []
     for wanted in request.topics:
-        code, message = ErrorCode.none, None
         try:
             if counts[wanted.name] > 1:
                 raise _InvalidRequest("topic named twice")
-            topic = broker.known_topic(wanted.name)
-            if wanted.assignments is not None:
-                if len(wanted.assignments) != int(wanted.count) - topic.partitions:
-                    raise InvalidReplicaAssignmentError(
-                        f"{len(wanted.assignments)} assignment(s) for "
-                        f"{int(wanted.count) - topic.partitions} new partition(s)"
-                    )
-                for assignment in wanted.assignments:
-                    _check_replicas(broker, assignment.broker_ids)
-            broker.create_partitions(
-                wanted.name, int(wanted.count), validate_only=bool(request.validate_only)
-            )
+            results.append(_grow_one(broker, wanted, bool(request.validate_only), quota))
         except KafkaError as exc:
-            code, message = _error(exc)
-        results.append({"name": wanted.name, "error_code": code, "error_message": message})
-    return {"results": results}
+            results.append(_grown(wanted.name, *_error(exc)))
+    if any(isinstance(result, tuple) for result in results):
+        return _when_grown(broker, results, quota)
+    return {"results": results, "throttle_time": quota.throttle_ms()}
+
+
+def _grow_one(
+    broker: Broker, wanted: CreatePartitionsTopic, validate_only: bool, quota: _MutationQuota
+) -> dict[str, Any] | tuple[str, asyncio.Task[Topic]]:
+    """The topic's answer, or its off-loop growth under way."""
+    topic = broker.known_topic(wanted.name)
+    total = int(wanted.count)
+    if wanted.assignments is not None:
+        if len(wanted.assignments) != total - topic.partitions:
+            raise InvalidReplicaAssignmentError(
+                f"{len(wanted.assignments)} assignment(s) for "
+                f"{total - topic.partitions} new partition(s)"
+            )
+        for assignment in wanted.assignments:
+            _check_replicas(broker, assignment.broker_ids)
+    if validate_only:
+        broker.create_partitions(wanted.name, total, validate_only=True)
+        return _grown(wanted.name)
+    quota.admit(wanted.name)
+    adding = total - topic.partitions
+    if adding > CREATE_IN_REQUEST_MAX:
+        task = broker.create_partitions_soon(wanted.name, total)
+        quota.charge(adding)
+        return wanted.name, task
+    broker.create_partitions(wanted.name, total)
+    quota.charge(adding)
+    return _grown(wanted.name)
+
+
+async def _when_grown(
+    broker: Broker,
+    results: list[dict[str, Any] | tuple[str, asyncio.Task[Topic]]],
+    quota: _MutationQuota,
+) -> dict[str, Any]:
+    """The answer once the off-loop growths of the request are done (or at most
+    `CREATE_WAIT_MAX_MS` from now, all of them together)."""
+    deadline_ms = broker.clock() + CREATE_WAIT_MAX_MS
+    answers = []
+    for result in results:
+        if isinstance(result, dict):
+            answers.append(result)
+            continue
+        name, task = result
+        try:
+            await _settled(broker, task, deadline_ms)
+            answers.append(_grown(name))
+        except KafkaError as exc:
+            answers.append(_grown(name, *_error(exc)))
+    return {"results": answers, "throttle_time": quota.throttle_ms()}
+
+
+def _new_partitions(broker: Broker, wanted: CreatePartitionsTopic) -> int:
+    """The partitions a CreatePartitionsTopic would add (0 for an unknown topic, or a
+    count no topic may have: those are refused on their own)."""
+    topic = broker.topics.get(wanted.name)
+    if topic is None or not topic.partitions < int(wanted.count) <= PARTITIONS_MAX:
+        return 0
+    return int(wanted.count) - topic.partitions
+
+
+def _grown(
+    name: str, code: ErrorCode = ErrorCode.none, message: str | None = None
+) -> dict[str, Any]:
+    return {"name": name, "error_code": code, "error_message": message}
 
 
 # --- DescribeConfigs ------------------------------------------------------------------------

@@ -5,7 +5,12 @@ partition at leader epoch 0, with itself as the only replica and the only in-syn
 Requested topics that do not exist are created when both the broker setting and the
 request allow it (`allow_auto_topic_creation`, v4+; older versions always allow), which
 client test suites assume; the new topic is answered ready at once, because creation is
-synchronous here. Which topics a request means:
+synchronous here. Auto-creation is bounded (issue 20): past `auto_create_topics_rate` for
+the client id, the topic is answered THROTTLING_QUOTA_EXCEEDED (retriable: clients ask
+again), and past `max_broker_partitions` UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a
+topic it does not create; the broker logs why. A topic still being made by a large
+CreateTopics is answered LEADER_NOT_AVAILABLE, as Kafka answers a topic being created.
+Which topics a request means:
 
     v0        an empty list means every topic
     v1+       null means every topic, an empty list none
@@ -46,7 +51,7 @@ def handle_metadata(
         topics = [_describe(broker, t) for t in broker.topics]
     else:
         allow = bool(request.allow_auto_topic_creation)
-        topics = [_lookup(broker, entry, allow, version) for entry in wanted]
+        topics = [_lookup(broker, entry, allow, version, ctx.client_id) for entry in wanted]
     include_topic_ops = bool(request.include_topic_authorized_operations)
     include_cluster_ops = bool(request.include_cluster_authorized_operations)
     for topic in topics:
@@ -66,7 +71,7 @@ def handle_metadata(
 
 
 def _lookup(
-    broker: Broker, entry: MetadataTopic, allow_auto_create: bool, version: int
+    broker: Broker, entry: MetadataTopic, allow_auto_create: bool, version: int, client_id: str
 ) -> dict[str, Any]:
     name, topic_id = entry.name, entry.topic_id
     if name is None:
@@ -76,8 +81,11 @@ def _lookup(
         if found is None:
             return _error(ErrorCode.unknown_topic_id, None, topic_id)
         return _describe(broker, found)
+    if broker.topics.get(name) is None and broker.topics.pending(name) is not None:
+        return _error(ErrorCode.leader_not_available, name, None)
     try:
-        return _describe(broker, broker.topic(name, auto_create=allow_auto_create))
+        topic = broker.topic(name, auto_create=allow_auto_create, client_id=client_id)
+        return _describe(broker, topic)
     except KafkaError as exc:
         return _error(exc.code, name, None)
 

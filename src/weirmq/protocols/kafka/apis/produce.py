@@ -80,7 +80,7 @@ def handle_produce(
             elif request.transactional_id is not None:
                 outcome.error = ErrorCode.invalid_txn_state  # transactions: not yet
             else:
-                _publish(broker, topic_data.name, partition_data, durability, outcome)
+                _publish(broker, topic_data.name, partition_data, durability, outcome, ctx)
             partitions.append((int(partition_data.index), outcome))
         outcomes.append((topic_data.name, partitions))
     if acks == 0:
@@ -116,12 +116,13 @@ def _publish(
     data: PartitionProduceData,
     durability: Durability,
     outcome: _Outcome,
+    ctx: RequestContext,
 ) -> None:
     try:
         if topic_name in INTERNAL_TOPICS:  # the group coordinator's log is its own
             outcome.error = ErrorCode.invalid_topic_exception
             return
-        broker.topic(topic_name, auto_create=True)
+        broker.topic(topic_name, auto_create=True, client_id=ctx.client_id)
         partition = broker.partition(topic_name, int(data.index))
         if partition is None:
             outcome.error = ErrorCode.unknown_topic_or_partition
