@@ -122,6 +122,7 @@ def test_the_broker_document(broker: Broker, clock: ManualClock) -> None:
     async def scenario(client: Client) -> None:
         document = await get_json(client, "/api/v1/broker")
         settings = document.pop("settings")
+        flow = document.pop("flow")
         assert document == {
             "node_id": 0,
             "cluster_id": broker.cluster_id,
@@ -138,6 +139,11 @@ def test_the_broker_document(broker: Broker, clock: ManualClock) -> None:
         assert settings["default_partitions"] == 2
         assert settings["admin_listen"] == "127.0.0.1:9644"
         assert settings["advertise"] is None
+        # Back-pressure: request memory is always guarded; nothing throttled yet.
+        assert [r["name"] for r in flow["resources"]] == ["memory"]
+        assert flow["resources"][0]["state"] == "free"
+        assert flow["resources"][0]["high"] == broker.settings.queued_max_request_bytes
+        assert (flow["throttled_requests_total"], flow["refused_publishes_total"]) == (0, 0)
 
     run(broker, scenario)
 
