@@ -373,6 +373,13 @@ def test_a_bad_boolean_from_the_environment() -> None:
         ("handles_max", 7, "must be at least 8, got 7"),
         ("producer_id_expiration_ms", 0, "must be at least 1, got 0"),
         ("shutdown_timeout_ms", -1, "must be at least 0, got -1"),
+        ("amqp_channel_max", 0, "must be at least 1, got 0"),
+        ("amqp_channel_max", 65536, "must be at most 65535, got 65536"),
+        ("amqp_frame_max_bytes", 4095, "must be at least 4096, got 4095"),
+        ("amqp_heartbeat_s", 65536, "must be at most 65535, got 65536"),
+        ("amqp_handshake_timeout_ms", 0, "must be at least 1, got 0"),
+        ("amqp_message_bytes_max", 2**29 + 1, "must be at most 536870912, got 536870913"),
+        ("amqp_idle_timeout_ms", -1, "must be at least 0, got -1"),
     ],
 )
 def test_out_of_range_values_name_their_source(
@@ -391,7 +398,13 @@ def test_out_of_range_values_name_their_source(
 
 
 def test_bounds_are_inclusive() -> None:
-    overrides = {"max_request_bytes": 1024, "handles_max": 8, "shutdown_timeout_ms": 0}
+    # AMQP off: its frames (4096 bytes at least) could not fit in 1024-byte requests.
+    overrides = {
+        "max_request_bytes": 1024,
+        "handles_max": 8,
+        "shutdown_timeout_ms": 0,
+        "amqp_listen": "off",
+    }
     settings = load_settings(environ={}, overrides=overrides)
     assert (settings.max_request_bytes, settings.handles_max, settings.shutdown_timeout_ms) == (
         1024,
@@ -470,6 +483,103 @@ def test_parse_host_port_rejects(value: str, reason: str) -> None:
     message = str(caught.value)
     assert message.startswith(reason)
     assert message.endswith(f"got {value!r}")
+
+
+# --- The AMQP listener's settings -------------------------------------------------------------
+
+
+def test_amqp_defaults_are_rabbitmqs() -> None:
+    settings = Settings()
+    assert settings.amqp_listen == "127.0.0.1:5672"
+    assert settings.amqp_users == (("guest", "guest"),)
+    assert settings.amqp_loopback_users == ("guest",)
+    assert settings.amqp_vhosts == ("/",)
+    assert settings.amqp_channel_max == 2047
+    assert settings.amqp_frame_max_bytes == 131072
+    assert settings.amqp_heartbeat_s == 60
+    assert settings.amqp_handshake_timeout_ms == 10000
+    assert settings.amqp_message_bytes_max == 16 * 1024 * 1024
+    assert settings.amqp_idle_timeout_ms == 0
+
+
+@pytest.mark.parametrize("off", ["off", ""])
+def test_amqp_listen_off_from_every_source(tmp_path: Path, off: str) -> None:
+    path = write_toml(tmp_path, f'amqp_listen = "{off}"\n')
+    assert load_settings(path, environ={}).amqp_listen is None
+    assert load_settings(environ={"WEIRMQ_AMQP_LISTEN": off}).amqp_listen is None
+    assert load_settings(environ={}, overrides={"amqp_listen": off}).amqp_listen is None
+    flagged = load_settings(
+        environ={"WEIRMQ_AMQP_LISTEN": "off"}, overrides={"amqp_listen": "0.0.0.0:0"}
+    )
+    assert flagged.amqp_listen == "0.0.0.0:0"  # port 0: a free one
+
+
+def test_a_bad_amqp_listen_address_names_the_setting() -> None:
+    assert error_of(environ={"WEIRMQ_AMQP_LISTEN": "5672"}) == (
+        "setting 'amqp_listen' from environment variable WEIRMQ_AMQP_LISTEN: "
+        "expected HOST:PORT or [IPv6]:PORT, got '5672'"
+    )
+
+
+def test_amqp_users_from_text_from_a_list_and_from_a_table(tmp_path: Path) -> None:
+    environ = {"WEIRMQ_AMQP_USERS": "guest:guest, app:s3:cret"}  # split at the first colon
+    assert load_settings(environ=environ).amqp_users == (("guest", "guest"), ("app", "s3:cret"))
+    table = write_toml(tmp_path, 'amqp_users = { app = "a,b", ops = "x" }\n', "table.toml")
+    assert load_settings(table, environ={}).amqp_users == (("app", "a,b"), ("ops", "x"))
+    listed = write_toml(tmp_path, 'amqp_users = ["app:pw"]\n', "list.toml")
+    assert load_settings(listed, environ={}).amqp_users == (("app", "pw"),)
+    assert load_settings(environ={"WEIRMQ_AMQP_USERS": ""}).amqp_users == ()  # nobody
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("guest:guest,hunter2", "entry 2 is not USER:PASSWORD (no ':' in it)"),
+        (":hunter2", "entry 1 has an empty user name"),
+        ("app:", "user 'app' has an empty password"),
+        ("app:hunter2,app:other", "user 'app' is listed twice"),
+    ],
+)
+def test_a_bad_amqp_user_entry_is_named_without_its_password(text: str, reason: str) -> None:
+    message = error_of(environ={"WEIRMQ_AMQP_USERS": text})
+    assert message == (
+        f"setting 'amqp_users' from environment variable WEIRMQ_AMQP_USERS: {reason}"
+    )
+    assert "hunter2" not in message and "other" not in message
+
+
+def test_amqp_passwords_stay_out_of_repr_and_public_views() -> None:
+    settings = Settings(amqp_users=(("app", "hunter2"),))
+    assert "hunter2" not in repr(settings)
+    public = SPECS_BY_NAME["amqp_users"].kind.public
+    assert public is not None and public(settings.amqp_users) == ["app"]
+
+
+def test_amqp_name_lists(tmp_path: Path) -> None:
+    environ = {"WEIRMQ_AMQP_VHOSTS": "/, staging", "WEIRMQ_AMQP_LOOPBACK_USERS": ""}
+    settings = load_settings(environ=environ)
+    assert settings.amqp_vhosts == ("/", "staging")
+    assert settings.amqp_loopback_users == ()
+    path = write_toml(tmp_path, 'amqp_loopback_users = ["guest", "ops"]\n')
+    assert load_settings(path, environ={}).amqp_loopback_users == ("guest", "ops")
+    assert error_of(environ={"WEIRMQ_AMQP_VHOSTS": " , "}) == (
+        "setting 'amqp_vhosts' from environment variable WEIRMQ_AMQP_VHOSTS: "
+        "expected at least one virtual host, such as '/'"
+    )
+    assert "listed twice" in error_of(environ={"WEIRMQ_AMQP_VHOSTS": "/,/"})
+
+
+def test_amqp_frames_must_fit_in_a_request_while_the_listener_is_on() -> None:
+    message = error_of(environ={}, overrides={"max_request_bytes": 65536})
+    assert message.startswith(
+        "setting 'amqp_frame_max_bytes' (131072) must be at most max_request_bytes (65536)"
+    )
+    fits = {"max_request_bytes": 65536, "amqp_frame_max_bytes": 65536}
+    assert load_settings(environ={}, overrides=fits).amqp_frame_max_bytes == 65536
+    off = {"max_request_bytes": 65536, "amqp_listen": "off"}
+    assert load_settings(environ={}, overrides=off).amqp_listen is None
+    with pytest.raises(SettingsError, match="amqp_frame_max_bytes"):
+        Settings(max_request_bytes=4096)
 
 
 # --- docs/configuration.md -------------------------------------------------------------------

@@ -30,7 +30,13 @@ Text and typed values are read differently on purpose. The environment holds onl
 Overrides are typed values (from click), but a string is read as text, as on a command line.
 
 ``Settings`` checks its own fields too (``__post_init__``), so a broker built in a test with
-``Settings(node_id=-1)`` fails as loudly as one started from a bad file.
+``Settings(node_id=-1)`` fails as loudly as one started from a bad file. The few bounds that
+depend on another setting (``amqp_frame_max_bytes`` at most ``max_request_bytes``) are
+checked there too, once every layer is merged, since only then are both values known.
+
+Some values are secret (``amqp_users`` holds passwords). Their kind says what of them may be
+shown (``ValueKind.public``: the admin API's settings document shows user names only), their
+field is left out of ``repr(settings)``, and an error about one never quotes it.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +66,15 @@ INT64_MAX = 2**63 - 1
 PORT_MAX = 65535
 PARTITIONS_PER_TOPIC_MAX = 100_000
 """Partitions of one topic at most (`broker.core.PARTITIONS_MAX` is this)."""
+UINT16_MAX = 65535
+"""AMQP's short fields (channel_max, heartbeat in Connection.Tune)."""
+AMQP_FRAME_MIN_BYTES = 4096
+"""AMQP 0-9-1's frame-min-size: no peer may be asked to take smaller frames."""
+AMQP_FRAME_MAX_BYTES_MAX = 2**32 - 1
+"""frame_max travels in a 32-bit unsigned field of Connection.Tune."""
+AMQP_MESSAGE_BYTES_MAX = 512 * 1024 * 1024
+"""RabbitMQ refuses a max_message_size above 512 MiB: a message is held whole in memory
+while it is routed, so larger ones belong in a log (a Kafka topic) or in object storage."""
 # Longer values are cut in error messages: a whole TOML table would drown the point.
 SHOWN_VALUE_CHARS_MAX = 80
 
@@ -88,6 +103,9 @@ class ValueKind:
 
     from_text: Callable[[str], object]
     from_value: Callable[[object], object]
+    public: Callable[[object], object] | None = None
+    """What of a checked value may be shown (the admin API's settings document); None:
+    all of it. A kind holding secrets shows only their names."""
 
 
 # Underscores as in TOML and Python (104_857_600); no spaces, no unit suffixes, no floats.
@@ -212,6 +230,105 @@ def _allowed_hosts_from_value(value: object) -> tuple[str, ...]:
     return hosts
 
 
+def _comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _names_from_text(text: str) -> tuple[str, ...]:
+    # A comma list ("guest, monitoring"); empty means none.
+    return _names_from_value(_comma_list(text))
+
+
+def _names_from_value(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return _names_from_text(value)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise _InvalidValue(f"expected a list of names, got {_show(value)}")
+    names = tuple(value)
+    if any(not name for name in names):
+        raise _InvalidValue(f"a name cannot be empty, got {_show(value)}")
+    if len(set(names)) != len(names):
+        raise _InvalidValue(f"a name is listed twice in {_show(value)}")
+    return names
+
+
+def _vhosts_from_text(text: str) -> tuple[str, ...]:
+    return _vhosts_from_value(_comma_list(text))
+
+
+def _vhosts_from_value(value: object) -> tuple[str, ...]:
+    # Without a virtual host no client could finish its handshake: surely a mistake.
+    names = _names_from_value(value)
+    if not names:
+        raise _InvalidValue("expected at least one virtual host, such as '/'")
+    return names
+
+
+# User names and passwords of the AMQP listener. A password is never put in a message: a
+# malformed entry is named by its position (and its user, once that is known).
+_USER_ENTRY = "USER:PASSWORD"
+
+
+def _users_from_text(text: str) -> tuple[tuple[str, str], ...]:
+    # A comma list of USER:PASSWORD ("guest:guest, app:s3cret"), split at each entry's
+    # first colon; empty means no users. A password holding a comma goes in the TOML file.
+    pairs = []
+    for number, entry in enumerate(_comma_list(text), start=1):
+        user, colon, password = entry.partition(":")
+        if not colon:
+            raise _InvalidValue(f"entry {number} is not {_USER_ENTRY} (no ':' in it)")
+        pairs.append((user, password))
+    return _users_checked(pairs)
+
+
+def _users_from_value(value: object) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, str):
+        return _users_from_text(value)
+    if isinstance(value, Mapping):  # a TOML table: { guest = "guest", app = "s3cret" }
+        items: list[object] = [(user, password) for user, password in value.items()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise _InvalidValue(
+            f"expected {_USER_ENTRY} pairs (a comma list, a list or a table), "
+            f"got a {type(value).__name__}"
+        )
+    pairs = []
+    for number, item in enumerate(items, start=1):
+        if isinstance(item, str):
+            user, colon, password = item.partition(":")
+            if not colon:
+                raise _InvalidValue(f"entry {number} is not {_USER_ENTRY} (no ':' in it)")
+        elif (
+            isinstance(item, tuple | list)
+            and len(item) == 2
+            and all(isinstance(part, str) for part in item)
+        ):
+            user, password = item
+        else:
+            raise _InvalidValue(f"entry {number} is not {_USER_ENTRY}")
+        pairs.append((user, password))
+    return _users_checked(pairs)
+
+
+def _users_checked(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    seen: set[str] = set()
+    for number, (user, password) in enumerate(pairs, start=1):
+        if not user:
+            raise _InvalidValue(f"entry {number} has an empty user name")
+        if not password:  # PLAIN and AMQPLAIN would then let anyone in as this user
+            raise _InvalidValue(f"user {_show(user)} has an empty password")
+        if user in seen:
+            raise _InvalidValue(f"user {_show(user)} is listed twice")
+        seen.add(user)
+    return tuple(pairs)
+
+
+def _user_names(value: object) -> object:
+    assert isinstance(value, tuple)
+    return [user for user, _password in value]
+
+
 INTEGER = ValueKind(_int_from_text, _int_from_value)
 BOOLEAN = ValueKind(_bool_from_text, _bool_from_value)
 DIRECTORY = ValueKind(_path_from_text, _path_from_value)
@@ -219,6 +336,9 @@ LISTEN_ADDRESS = ValueKind(_listen_from_text, _listen_from_value)
 ADVERTISED_ADDRESS = ValueKind(_advertise_from_text, _advertise_from_value)
 OPTIONAL_LISTEN_ADDRESS = ValueKind(_optional_listen_from_text, _optional_listen_from_value)
 ALLOWED_HOSTS = ValueKind(_allowed_hosts_from_text, _allowed_hosts_from_value)
+NAMES = ValueKind(_names_from_text, _names_from_value)
+VHOSTS = ValueKind(_vhosts_from_text, _vhosts_from_value)
+USERS = ValueKind(_users_from_text, _users_from_value, public=_user_names)
 
 
 def _flag_of(name: str) -> str:
@@ -472,6 +592,55 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         "admin_allowed_hosts", ALLOWED_HOSTS, None,
         "names the admin API answers to besides its own address (Host header), comma-separated",
     ),
+    # The AMQP 0-9-1 listener (issue 21), kept together; RabbitMQ's defaults.
+    SettingSpec(
+        "amqp_listen", OPTIONAL_LISTEN_ADDRESS, None,
+        "HOST:PORT of the AMQP 0-9-1 listener; port 0 picks a free port; 'off' (or empty) "
+        "disables it",
+    ),
+    SettingSpec(
+        "amqp_users", USERS, None,
+        "USER:PASSWORD pairs AMQP clients may log in as (PLAIN, AMQPLAIN), comma-separated",
+    ),
+    SettingSpec(
+        "amqp_loopback_users", NAMES, None,
+        "AMQP users who may connect only from a loopback address, comma-separated",
+    ),
+    SettingSpec(
+        "amqp_vhosts", VHOSTS, None,
+        "virtual hosts AMQP clients may open, comma-separated; at least one",
+    ),
+    SettingSpec(
+        "amqp_channel_max", INTEGER, None,
+        "channels one AMQP connection may open at most (offered in Connection.Tune)",
+        minimum=1, maximum=UINT16_MAX,
+    ),
+    SettingSpec(
+        "amqp_frame_max_bytes", INTEGER, None,
+        "largest AMQP frame offered in Connection.Tune; at most max_request_bytes",
+        minimum=AMQP_FRAME_MIN_BYTES, maximum=AMQP_FRAME_MAX_BYTES_MAX,
+    ),
+    SettingSpec(
+        "amqp_heartbeat_s", INTEGER, None,
+        "AMQP heartbeat interval offered in Connection.Tune; the client decides; 0: none",
+        minimum=0, maximum=UINT16_MAX,
+    ),
+    SettingSpec(
+        "amqp_handshake_timeout_ms", INTEGER, None,
+        "an AMQP connection must finish its handshake (up to Connection.Open) within this",
+        minimum=1, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "amqp_message_bytes_max", INTEGER, None,
+        "largest AMQP message body; a larger publish is refused (406) before it is buffered",
+        minimum=1, maximum=AMQP_MESSAGE_BYTES_MAX,
+    ),
+    SettingSpec(
+        "amqp_idle_timeout_ms", INTEGER, None,
+        "an AMQP connection with no traffic for this long is closed; 0: never (heartbeats "
+        "find dead peers)",
+        minimum=0, maximum=INT64_MAX,
+    ),
 )
 # fmt: on
 
@@ -574,6 +743,31 @@ class Settings:
     admin_allowed_hosts: tuple[str, ...] = ()
     """HOST or HOST:PORT names (lower case) the admin API answers to besides its own
     address; a name without a port is allowed with any port."""
+    # The AMQP 0-9-1 listener (issue 21), kept together. The defaults are RabbitMQ's, so a
+    # client tuned for RabbitMQ behaves the same here (weirmq.protocols.amqp.config).
+    amqp_listen: str | None = "127.0.0.1:5672"
+    """HOST:PORT of the AMQP listener (RabbitMQ's port); None turns it off."""
+    amqp_users: tuple[tuple[str, str], ...] = field(default=(("guest", "guest"),), repr=False)
+    """(user, password) pairs; RabbitMQ's default user, so clients' defaults connect. Out
+    of repr: passwords must not reach a log line."""
+    amqp_loopback_users: tuple[str, ...] = ("guest",)
+    """RabbitMQ's `loopback_users`: the well-known default password must not open a broker
+    listening on a public address."""
+    amqp_vhosts: tuple[str, ...] = ("/",)
+    """Virtual hosts; "/" is the one every client opens by default."""
+    amqp_channel_max: int = 2047
+    """RabbitMQ's `channel_max`: a client opening thousands of channels is leaking them."""
+    amqp_frame_max_bytes: int = 131_072
+    """RabbitMQ's `frame_max`; larger bodies travel as several frames."""
+    amqp_heartbeat_s: int = 60
+    """RabbitMQ's `heartbeat`."""
+    amqp_handshake_timeout_ms: int = 10_000
+    """RabbitMQ's `handshake_timeout`: a stalled handshake holds a socket for nothing."""
+    amqp_message_bytes_max: int = 16 * 1024 * 1024
+    """RabbitMQ 4's `max_message_size`."""
+    amqp_idle_timeout_ms: int = 0
+    """Off: AMQP has heartbeats, which find a dead peer within two intervals, and a client
+    that turned them off (or a consumer waiting for deliveries) is quiet on purpose."""
 
     def __post_init__(self) -> None:
         for spec in SETTING_SPECS:
@@ -581,6 +775,20 @@ class Settings:
             checked = _checked(spec, value, "passed to Settings()", parse_strings=False)
             if checked is not value:  # a str data_dir became a Path
                 object.__setattr__(self, spec.name, checked)
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Bounds that depend on another setting (see the module docstring)."""
+        # The connection pump refuses frames above max_request_bytes, so a larger frame_max
+        # would be offered to clients and then cut their connections. Checked only while
+        # the AMQP listener is on: an off listener's limits constrain nothing.
+        if self.amqp_listen is not None and self.amqp_frame_max_bytes > self.max_request_bytes:
+            raise SettingsError(
+                f"setting 'amqp_frame_max_bytes' ({self.amqp_frame_max_bytes}) must be at "
+                f"most max_request_bytes ({self.max_request_bytes}): every AMQP frame is one "
+                "request to the connection pump (or turn the AMQP listener off with "
+                "amqp_listen = 'off')"
+            )
 
     def listen_address(self) -> tuple[str, int]:
         """``listen`` split into host (IPv6 without brackets) and port."""

@@ -39,6 +39,8 @@ def spawn(log_dir: Path, args: list[str], env: dict[str, str] | None = None) -> 
     # The admin API's default port is fixed (9644): off unless a test asks for it, so that
     # a broker running elsewhere on this machine cannot make these tests fail.
     clean_env["WEIRMQ_ADMIN_LISTEN"] = "off"
+    # The same for AMQP's (5672): a free port, so that a RabbitMQ here changes nothing.
+    clean_env["WEIRMQ_AMQP_LISTEN"] = "127.0.0.1:0"
     stderr_path = log_dir / f"serve-{time.time_ns()}.log"
     with stderr_path.open("w") as stderr:
         process = Served(

@@ -8,6 +8,10 @@ in the test's tmp dir, never to pipes: a pipe nobody reads fills up and blocks t
 in the middle of a test. Every start gets its own pair of files, so the stderr of a run
 that crashed is still there after a restart.
 
+The AMQP listener is started on a free port too (``--amqp-listen 127.0.0.1:0``, never
+RabbitMQ's 5672, so that parallel brokers, and a RabbitMQ on the machine, do not collide);
+its announcement line gives ``BrokerProcess.amqp``.
+
 Brokers created through the fixtures are always killed at teardown. When a test fails, the
 tail of each broker's stderr (and how the process ended) is attached to the pytest report;
 the data directories of passing tests are deleted, those of failing tests are kept.
@@ -39,6 +43,9 @@ STARTUP_LINE = re.compile(
     rb"^weirmq: accepting Kafka connections on (?P<host>[^\s]+):(?P<port>\d+)$", re.M
 )
 ADMIN_LINE = re.compile(rb"^weirmq: admin API and metrics on (?P<url>http://[^\s]+)$", re.M)
+AMQP_LINE = re.compile(
+    rb"^weirmq: accepting AMQP connections on (?P<host>[^\s]+):(?P<port>\d+)$", re.M
+)
 HERE = Path(__file__).resolve().parent
 
 
@@ -59,9 +66,14 @@ class BrokerProcess:
         env: Mapping[str, str] | None = None,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
         admin_listen: str = "off",
+        amqp_listen: str = "127.0.0.1:0",
     ) -> None:
         self.admin_listen = admin_listen
         self.admin_url: str | None = None
+        self.amqp_listen = amqp_listen
+        self.amqp: str | None = None
+        """HOST:PORT of the AMQP listener as announced (None when it is off). After a
+        first start on port 0 it is kept, so `restart` comes back on the same address."""
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.port = port
@@ -96,6 +108,8 @@ class BrokerProcess:
             # API's own tests start it on a free port.
             "--admin-listen",
             self.admin_listen,
+            "--amqp-listen",
+            self.amqp or self.amqp_listen,
         ]
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
             self._proc = subprocess.Popen(
@@ -216,8 +230,15 @@ class BrokerProcess:
             stdout = self.stdout_path.read_bytes()
             match = STARTUP_LINE.search(stdout)
             admin = ADMIN_LINE.search(stdout)
-            if match is not None and (self.admin_listen == "off" or admin is not None):
+            amqp = AMQP_LINE.search(stdout)
+            if (
+                match is not None
+                and (self.admin_listen == "off" or admin is not None)
+                and (self.amqp_listen == "off" or amqp is not None)
+            ):
                 self.admin_url = admin.group("url").decode() if admin else None
+                if amqp is not None:
+                    self.amqp = f"{amqp.group('host').decode()}:{amqp.group('port').decode()}"
                 return int(match.group("port"))
             code = proc.poll()
             if code is not None:
@@ -284,19 +305,23 @@ def _test_failed(item: pytest.Item) -> bool:
 @pytest.fixture
 def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerFactory]:
     """``broker_factory(default_partitions=4)``: start a broker with those WEIRMQ_* settings
-    (``admin_listen="127.0.0.1:0"`` turns the HTTP admin API on; it is off by default).
+    (``admin_listen="127.0.0.1:0"`` turns the HTTP admin API on; it is off by default;
+    ``amqp_listen="off"`` turns the AMQP listener off; it is on a free port by default).
 
     Each broker gets a fresh data dir in the test's tmp dir and is killed at teardown.
     """
     brokers = request.node.stash.setdefault(BROKERS_KEY, [])
 
-    def make(admin_listen: str = "off", **settings: object) -> BrokerProcess:
+    def make(
+        admin_listen: str = "off", amqp_listen: str = "127.0.0.1:0", **settings: object
+    ) -> BrokerProcess:
         number = len(brokers) + 1
         broker = BrokerProcess(
             tmp_path / f"broker{number}" / "data",
             tmp_path / f"broker{number}" / "logs",
             env=broker_env(**settings),
             admin_listen=admin_listen,
+            amqp_listen=amqp_listen,
         )
         brokers.append(broker)
         return broker.start()
@@ -313,3 +338,15 @@ def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[B
 def broker(broker_factory: BrokerFactory) -> BrokerProcess:
     """A running broker with default settings and an empty data dir."""
     return broker_factory()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The AMQP port of a private RabbitMQ node on 127.0.0.1 (guest/guest, vhost ``/``), the
+    reference server of the AMQP differential tests; one node for the whole session, so
+    each test uses names of its own. Skips where the Debian package rabbitmq-server is not
+    installed. See rabbitmq_support.py."""
+    from rabbitmq_support import running_rabbitmq
+
+    with running_rabbitmq(tmp_path_factory.mktemp("rabbitmq")) as port:
+        yield port

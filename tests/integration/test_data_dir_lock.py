@@ -52,6 +52,8 @@ def serve_once(data_dir: Path, cwd: Path) -> tuple[subprocess.CompletedProcess[s
         str(data_dir),
         "--admin-listen",
         "off",
+        "--amqp-listen",
+        "127.0.0.1:0",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEIRMQ_")}
     started = time.monotonic()

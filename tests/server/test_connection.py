@@ -7,6 +7,9 @@ transport. Frames are lines; a line is a command to the scripted session:
     now:X    answered at once with X        wait:X   answered with X once `release(X)`
     none     not answered                   push:X   X sent unasked, nothing answered
     close    CloseConnection                boom     a bug (RuntimeError)
+    hold:X   not answered, once `release(X)` (an awaited frame that needs no reply)
+    bye:X    answered with X, and the session asks to close after it (`close_after_pending`)
+    pause    the session pauses reading     resume   the session resumes reading
 
 A `!` anywhere is not a line: the framer raises `CloseConnection`.
 
@@ -134,6 +137,17 @@ class ScriptedSession:
             return None
         if command == "close":
             raise CloseConnection("scripted")
+        if command == "hold":
+            return self._nothing_later(arg)
+        if command == "bye":
+            self.connection.close_after_pending("scripted goodbye")
+            return Reply(arg.encode(), [])
+        if command == "pause":
+            self.connection.pause_reading()
+            return None
+        if command == "resume":
+            self.connection.resume_reading()
+            return None
         if command == "boom":
             raise RuntimeError("scripted bug")
         assert command == "none", command
@@ -142,6 +156,9 @@ class ScriptedSession:
     async def _later(self, name: str) -> Reply:
         await self.adapter.gate(name)
         return Reply(name.encode(), [])
+
+    async def _nothing_later(self, name: str) -> None:
+        await self.adapter.gate(name)
 
     def writing_resumed(self) -> None:
         self.resumed += 1
@@ -233,9 +250,15 @@ def make_listener(**overrides: Any) -> tuple[SteppedListener, ScriptedAdapter]:
     return SteppedListener(adapter, Settings(**overrides), ConnectionCounts()), adapter
 
 
-def make_timed_listener(**overrides: Any) -> tuple[SteppedTimersListener, ScriptedAdapter]:
+def make_timed_listener(
+    idle_timeout_ms: int | None = None, **overrides: Any
+) -> tuple[SteppedTimersListener, ScriptedAdapter]:
+    """`idle_timeout_ms` is the listener's own (None: the setting's, from `overrides`)."""
     adapter = ScriptedAdapter()
-    return SteppedTimersListener(adapter, Settings(**overrides), ConnectionCounts()), adapter
+    listener = SteppedTimersListener(
+        adapter, Settings(**overrides), ConnectionCounts(), idle_timeout_ms=idle_timeout_ms
+    )
+    return listener, adapter
 
 
 def make_real_time_listener() -> tuple[Listener, ScriptedAdapter]:
@@ -757,5 +780,207 @@ def test_stop_gives_up_on_requests_still_in_flight_after_its_timeout(
         assert "still in flight" in caplog.text
         await settle()
         assert adapter.gate("never").cancelled()
+
+    run(scenario)
+
+
+# --- what a session may ask of its connection ------------------------------------------------
+
+
+def test_a_session_pauses_reading_until_it_resumes() -> None:
+    async def scenario() -> None:
+        listener, _ = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"pause\n")
+        assert not transport.reading
+        connection.pause_reading()  # idempotent
+        feed(connection, b"now:a\n")  # what was already read is still answered
+        assert not transport.reading and transport.writes == [b"a"]
+        connection.resume_reading()
+        connection.resume_reading()
+        assert transport.events == ["pause", b"a", "resume"]
+
+    run(scenario)
+
+
+def test_a_session_resume_does_not_override_the_pumps_own_pauses() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener(max_in_flight_requests=1)
+        connection, transport = connect(listener)
+        feed(connection, b"pause\n")
+        feed(connection, b"wait:a\n")  # in-flight bound reached too
+        connection.pause_writing()  # and the client does not read
+        connection.resume_reading()
+        assert not transport.reading  # two reasons remain
+        adapter.release("a")
+        await settle()
+        assert not transport.reading  # one remains: the write buffer
+        connection.pause_reading()
+        connection.resume_writing()
+        assert not transport.reading  # the session's own pause is back
+        connection.resume_reading()
+        assert transport.reading
+        assert transport.events == ["pause", b"a", "resume"]
+
+    run(scenario)
+
+
+def test_a_session_pause_survives_the_listener_stopping() -> None:
+    async def scenario() -> None:
+        listener, _ = make_real_time_listener()
+        connection, transport = connect(listener)
+        stopping = asyncio.create_task(listener.stop(1.0))
+        await settle()
+        connection.resume_reading()  # the stop is a reason of the pump's own
+        assert not transport.reading
+        await asyncio.wait_for(stopping, 1.0)
+        assert transport.closed
+
+    run(scenario)
+
+
+def test_close_after_pending_writes_the_reply_it_is_asked_with_then_closes() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"now:a\nbye:close-ok\nnow:never\n")
+        # The last words are written, nothing after them is handled, then the close.
+        assert transport.events == ["pause", b"aclose-ok", "close"]
+        connection.send(Reply(b"late", []))  # ignored once closing
+        await settle()
+        assert transport.writes == [b"aclose-ok"]
+        assert adapter.sessions[0].closed_calls == 1
+        assert listener.connections == set()
+
+    run(scenario)
+
+
+def test_close_after_pending_waits_for_replies_still_awaited() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"wait:a\nnow:b\n")
+        connection.send(Reply(b"close", []))  # a session's own Connection.Close
+        connection.close_after_pending("shutdown")
+        connection.close_after_pending("twice")  # idempotent
+        connection.send(Reply(b"late", []))  # after it: ignored
+        await settle()
+        assert not transport.closed and transport.writes == []
+        assert not transport.reading  # nothing more is read meanwhile
+        adapter.release("a")
+        await settle()
+        assert transport.writes == [b"abclose"]
+        assert transport.events[-1] == "close"
+
+    run(scenario)
+
+
+def test_close_after_pending_with_nothing_due_closes_on_the_next_turn() -> None:
+    async def scenario() -> None:
+        listener, _ = make_listener()
+        connection, transport = connect(listener)
+        connection.close_after_pending("nothing to say")
+        assert not transport.closed  # never inside the call: a reply may still be returned
+        await settle()
+        assert transport.closed and transport.writes == []
+
+    run(scenario)
+
+
+def test_close_after_pending_when_the_last_awaited_frame_needs_no_reply() -> None:
+    async def scenario() -> None:
+        listener, adapter = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"hold:h\n")
+        connection.close_after_pending("done")
+        await settle()
+        assert not transport.closed
+        adapter.release("h")  # answered with nothing: nothing is left, so it closes
+        await settle()
+        assert transport.closed and transport.writes == []
+
+    run(scenario)
+
+
+def test_close_still_closes_at_once_after_close_after_pending() -> None:
+    async def scenario() -> None:
+        listener, _ = make_listener()
+        connection, transport = connect(listener)
+        feed(connection, b"wait:a\n")
+        connection.close_after_pending("later")
+        connection.close("now")
+        assert transport.closed
+
+    run(scenario)
+
+
+# --- a listener's own idle timeout -----------------------------------------------------------
+
+
+def test_a_listener_without_an_idle_timeout_never_closes_a_quiet_connection() -> None:
+    async def scenario() -> None:
+        listener, _ = make_timed_listener(idle_timeout_ms=0)
+        assert listener.settings.idle_timeout_ms == 600_000  # the setting is left alone
+        connection, transport = connect(listener)
+        framer = line_framer(connection)
+        assert listener.pending() == []  # no buffers yet, no idle deadline: no timer
+        feed(connection, b"now:x\n")
+        assert listener.pending() == [BUFFER_RELEASE_IDLE_S]  # buffers are still released
+        listener.advance(BUFFER_RELEASE_IDLE_S)
+        assert framer.releases == 1
+        listener.advance(10 * 3600.0)
+        assert listener.trims == 1 and listener.pending() == []  # then nothing runs
+        listener.close_idle()
+        assert not transport.closed
+        assert connection.idle_deadline == float("inf")
+        listener.now_s = 36_001.0
+        feed(connection, b"now:y\n")  # reading again: the release timer is back
+        assert listener.pending() == [36_001.0 + BUFFER_RELEASE_IDLE_S]
+
+    run(scenario)
+
+
+def test_a_listener_idle_timeout_replaces_the_setting_for_its_connections_only() -> None:
+    async def scenario() -> None:
+        own, _ = make_timed_listener(idle_timeout_ms=2000)
+        kafka, _ = make_timed_listener()
+        own_connection, own_transport = connect(own)
+        _kafka_connection, kafka_transport = connect(kafka)
+        assert own.pending() == [2.0] and kafka.pending() == [600.0]
+        own.advance(2.0)
+        kafka.advance(2.0)
+        assert own_transport.closed and not kafka_transport.closed
+        assert own_connection.idle_deadline == pytest.approx(2.0)
+
+    run(scenario)
+
+
+def test_a_connection_its_session_paused_is_not_idle() -> None:
+    async def scenario() -> None:
+        listener, _ = make_listener(idle_timeout_ms=1000)
+        connection, transport = connect(listener)
+        feed(connection, b"pause\n")  # a publisher blocked by back-pressure
+        listener.now_s = 5.0
+        listener.close_idle()
+        assert not transport.closed  # we keep it from sending: not its fault
+        connection.resume_reading()
+        listener.now_s = 5.9
+        listener.close_idle()
+        assert not transport.closed
+        listener.now_s = 6.0
+        listener.close_idle()
+        assert transport.closed
+
+    run(scenario)
+
+
+def test_listeners_may_share_one_request_memory_budget() -> None:
+    async def scenario() -> None:
+        first, _ = make_listener()
+        adapter = ScriptedAdapter()
+        second = Listener(adapter, Settings(), memory=first.memory)
+        assert second.memory is first.memory
+        alone = Listener(adapter, Settings(queued_max_request_bytes=4096))
+        assert alone.memory is not first.memory and alone.memory.capacity_bytes == 4096
 
     run(scenario)

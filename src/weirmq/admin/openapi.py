@@ -29,8 +29,11 @@ from weirmq.settings import (
     DIRECTORY,
     INTEGER,
     LISTEN_ADDRESS,
+    NAMES,
     OPTIONAL_LISTEN_ADDRESS,
     SETTING_SPECS,
+    USERS,
+    VHOSTS,
     SettingSpec,
 )
 
@@ -136,7 +139,7 @@ def _setting_schema(spec: SettingSpec) -> Schema:
         schema = {"type": "string"}
     elif spec.kind in (ADVERTISED_ADDRESS, OPTIONAL_LISTEN_ADDRESS):
         schema = {"type": "string", "nullable": True}
-    elif spec.kind is ALLOWED_HOSTS:
+    elif spec.kind in (ALLOWED_HOSTS, NAMES, VHOSTS, USERS):  # USERS: the names, no passwords
         schema = {"type": "array", "items": {"type": "string"}}
     else:  # a new kind of setting: describe it here (a test fetches this document)
         raise AssertionError(f"setting {spec.name!r} has a kind the OpenAPI schema lacks")

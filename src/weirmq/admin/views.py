@@ -31,7 +31,7 @@ from weirmq.broker.exchanges import ExchangeView
 from weirmq.broker.group_service import GroupView, MemberView
 from weirmq.broker.shares import SharePartitionView
 from weirmq.broker.topics import Topic
-from weirmq.settings import Settings
+from weirmq.settings import SPECS_BY_NAME, Settings
 
 JsonObject = dict[str, object]
 
@@ -160,11 +160,14 @@ def flow_document(broker: Broker) -> JsonObject:
 
 
 def settings_document(settings: Settings) -> JsonObject:
-    """Every setting by name. None of them is secret today; a secret one (a SASL password,
-    a TLS key) must be masked here before it is added to `Settings`."""
+    """Every setting by name. A setting holding secrets (`amqp_users`' passwords) shows
+    only what its kind says may be shown (`ValueKind.public`: the user names)."""
     document: JsonObject = {}
     for field in fields(settings):
         value = getattr(settings, field.name)
+        public = SPECS_BY_NAME[field.name].kind.public
+        if public is not None:
+            value = public(value)
         document[field.name] = str(value) if isinstance(value, Path) else value
     return document
 

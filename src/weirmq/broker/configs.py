@@ -31,6 +31,7 @@ is one replica, so acks=all means that replica (fsynced).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -144,6 +145,19 @@ GROUP_ID_BYTES_MAX = 255
 """A named backlog group's id, at most (group ids are free text in Kafka)."""
 
 
+def _json_object(text: str) -> str:
+    """A JSON object (or empty), kept as given: AMQP definitions (protocols/amqp/model.py)."""
+    if not text:
+        return ""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise _Refused(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise _Refused("not a JSON object")
+    return text
+
+
 def _group_id(text: str) -> str:
     value = text.strip()
     if len(value.encode()) > GROUP_ID_BYTES_MAX:
@@ -155,6 +169,8 @@ BACKLOG_GROUP = "weirmq.backlog.group"
 EXCHANGE_TYPE = "weirmq.exchange.type"
 EXCHANGE_ALTERNATE = "weirmq.exchange.alternate"
 EXCHANGE_UNROUTABLE = "weirmq.exchange.unroutable"
+AMQP_QUEUE = "weirmq.amqp.queue"
+AMQP_EXCHANGE = "weirmq.amqp.exchange"
 EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers", "content")
 
 
@@ -242,6 +258,16 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
         "weirmq.acks.all.fsync", ConfigType.BOOLEAN, _boolean, "true",
         "true: acks=all is answered once the batch is fsynced; false: once it is written to "
         "the OS (acks=1 durability, for data that can be replayed from elsewhere)",
+    ),
+    TopicConfigDef(
+        AMQP_EXCHANGE, ConfigType.STRING, _json_object, "",
+        "set by WeirMQ on an exchange declared over AMQP: its virtual host, name, flags "
+        "and arguments (JSON), so that it is found and compared again after a restart",
+    ),
+    TopicConfigDef(
+        AMQP_QUEUE, ConfigType.STRING, _json_object, "",
+        "set by WeirMQ on the topic of a queue declared over AMQP: its virtual host, name, "
+        "flags and arguments (JSON); the topic is read by the queue's own share group",
     ),
     TopicConfigDef(
         BACKLOG_GROUP, ConfigType.STRING, _group_id, "",

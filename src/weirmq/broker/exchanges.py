@@ -104,11 +104,13 @@ from ..routing import (
     HeaderValue,
     Route,
     Router,
-    RoutingError,
     UnknownExchangeError,
     UnroutableError,
     binding_document,
     binding_from_document,
+)
+from ..routing import (
+    RoutingError as RoutingError,  # re-exported for the AMQP adapter
 )
 from ..storage.checkpoint import encode_offsets, read_offsets
 from ..storage.errors import StorageError

@@ -62,6 +62,13 @@ class ResourceGuard:
         # Throttles only: the pump holds large requests itself (see flow/controller.py).
         flow.guard(MEMORY, Watermarks.of_budget(settings.queued_max_request_bytes), hold=False)
 
+    @property
+    def publish_refusal(self) -> str | None:
+        """Why client publishes are refused now (free disk below `disk_free_min_bytes`),
+        None when they are not: what a protocol tells its publishers (AMQP's
+        Connection.Blocked). It changes only in `sample` / `disk`."""
+        return self._logs.publish_refusal
+
     def sample(self, memory_used_bytes: int) -> None:
         self._flow.update(MEMORY, memory_used_bytes)
         try:

@@ -62,9 +62,11 @@ from ..groups.coordinator import ShareListener
 from ..groups.share import ShareGroupSettings
 from ..queues import (
     AckBatch,
+    AckType,
     AcquiredRange,
     DeadLetter,
     RecordState,
+    ShareConfig,
     ShareError,
     SharePartition,
     ShareState,
@@ -123,7 +125,9 @@ INITIAL_EPOCH: Final = 0
 FINAL_EPOCH: Final = -1
 
 
-__all__ = ["AckBatch", "ShareService", "ShareSessionError"]
+__all__ = ["AckBatch", "AckType", "ShareConfig", "ShareService", "ShareSessionError"]
+# AckType and ShareConfig are re-exported for the protocol adapters, which reach the queue
+# engine only through the broker.
 
 
 class ShareKey(NamedTuple):
@@ -256,6 +260,9 @@ class ShareService(ShareListener):
         self._timer_at: int | None = None
         self._live_bytes = 0
         self._compacting = False
+        self._queue_configs: dict[str, ShareConfig] = {}
+        """Per group backing a protocol's named queue (an AMQP queue): its `ShareConfig`
+        comes from the queue's own arguments, not from group configs."""
 
     # --- the coordinator's listener -----------------------------------------------------
 
@@ -321,7 +328,7 @@ class ShareService(ShareListener):
         if partition is None:
             return None
         entry = self._states.get(key)
-        config = self.configs.share_config(key.group_id)
+        config = self._config(key.group_id)
         if entry is None:
             share_partition = SharePartition.create(
                 config, partition.log_start_offset, partition.high_watermark
@@ -337,7 +344,101 @@ class ShareService(ShareListener):
         return entry, partition
 
     def lock_duration_ms(self, group_id: str) -> int:
-        return self.configs.share_config(group_id).record_lock_duration_ms
+        return self._config(group_id).record_lock_duration_ms
+
+    def _config(self, group_id: str) -> ShareConfig:
+        found = self._queue_configs.get(group_id)
+        return found if found is not None else self.configs.share_config(group_id)
+
+    # --- named queues (AMQP queues; SQS next) ---------------------------------------------
+    #
+    # A protocol's queue is one topic-partition and one share group of its own: the
+    # protocol names the group, gives its `ShareConfig` (from the queue's arguments), and
+    # acquires for a member it names (AMQP: a channel), without the share group protocol's
+    # sessions and heartbeats, which belong to Kafka's clients.
+
+    def set_queue_config(self, group_id: str, config: ShareConfig | None) -> None:
+        """Give the group backing a named queue its config (None forgets it). Call it
+        before `load` for queues that exist on start, so their state is restored under
+        it."""
+        if config is None:
+            self._queue_configs.pop(group_id, None)
+            return
+        self._queue_configs[group_id] = config
+        for _key, entry in self._group_states(group_id):
+            entry.partition.config = config
+
+    def acquire_one(
+        self,
+        group_id: str,
+        member_id: str,
+        topic_id: uuid.UUID,
+        index: int,
+        max_records: int,
+        max_bytes: int,
+        now_ms: int,
+    ) -> Acquired | None:
+        """Acquire up to `max_records` records of one partition for `member_id`; None
+        when none is available (or the partition is gone)."""
+        key = ShareKey(group_id, topic_id, index)
+        found = self._state(key, now_ms)
+        if found is None:
+            return None
+        entry, partition = found
+        return self._acquire_one(key, entry, partition, member_id, max_records, max_bytes, now_ms)
+
+    def release(self, group_id: str, member_id: str, now_ms: int) -> None:
+        """Make available again what `member_id` holds in the group (an AMQP channel
+        closed), and wake the group's waiters."""
+        for key, entry in self._group_states(group_id):
+            outcome = entry.partition.release_member(member_id, now_ms)
+            self._after_step(key, entry, outcome.delta, outcome.dead_letters)
+        self._wake(group_id)
+
+    def wakeup(self, group_id: str) -> Wakeable:
+        """What a waiter of the group's records waits on, besides the log's appends: it
+        is woken when records may be available again (a release, an expiry)."""
+        wakeup = self._wakeups.get(group_id)
+        if wakeup is None:
+            wakeup = self._wakeups[group_id] = _Wakeup()
+        return wakeup
+
+    def queue_counts(self, group_id: str, topic_id: uuid.UUID, index: int) -> tuple[int, int]:
+        """(ready, unacknowledged) records of one queue: available now or after their
+        backoff, and acquired."""
+        key = ShareKey(group_id, topic_id, index)
+        found = self._state(key, self._broker.clock())
+        if found is None:
+            return 0, 0
+        entry, partition = found
+        share_partition = entry.partition
+        ready = acquired = 0
+        for run in share_partition.ranges():
+            size = run.last_offset - run.first_offset + 1
+            if run.state is RecordState.AVAILABLE:
+                ready += size
+            elif run.state is RecordState.ACQUIRED:
+                acquired += size
+        ready += max(0, partition.high_watermark - share_partition.end_offset)
+        return ready, acquired
+
+    def queue_start(self, group_id: str, topic_id: uuid.UUID, index: int) -> int | None:
+        """The queue's oldest unsettled offset (everything below is acknowledged or
+        archived); None when it has no state yet."""
+        entry = self._states.get(ShareKey(group_id, topic_id, index))
+        return None if entry is None else entry.partition.start_offset
+
+    def purge(self, group_id: str, topic_id: uuid.UUID, index: int, now_ms: int) -> int:
+        """Drop every ready record of one queue (AMQP's queue.purge): acquired records stay
+        with their holders. Returns how many were dropped."""
+        key = ShareKey(group_id, topic_id, index)
+        found = self._state(key, now_ms)
+        if found is None:
+            return 0
+        entry, partition = found
+        result = entry.partition.purge(partition.high_watermark, now_ms)
+        self._after_step(key, entry, result.delta, ())
+        return result.count
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -822,7 +923,7 @@ class ShareService(ShareListener):
         for key, snapshot in snapshots.items():
             if snapshot is None:
                 continue
-            config = self.configs.share_config(key.group_id)
+            config = self._config(key.group_id)
             try:
                 restored = SharePartition.restore(config, snapshot, deltas.get(key, ()))
             except KafkaError as exc:

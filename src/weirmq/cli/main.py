@@ -59,6 +59,13 @@ def main() -> None:
     help="Address of the HTTP admin API and /metrics; 'off' disables it [default: 127.0.0.1:9644].",
 )
 @click.option(
+    "--amqp-listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="Address of the AMQP 0-9-1 listener; port 0 picks a free one, 'off' disables it "
+    "[default: 127.0.0.1:5672].",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -77,6 +84,7 @@ def serve(
     listen: str | None,
     advertise: str | None,
     admin_listen: str | None,
+    amqp_listen: str | None,
     config_file: Path | None,
     log_level: str,
 ) -> None:
@@ -84,6 +92,8 @@ def serve(
     overrides = {"data_dir": data_dir, "listen": listen, "advertise": advertise}
     if admin_listen is not None:  # "off" or "" means off; None means "not given"
         overrides["admin_listen"] = admin_listen
+    if amqp_listen is not None:  # likewise
+        overrides["amqp_listen"] = amqp_listen
     try:
         settings = load_settings(config_file, overrides=overrides)
     except SettingsError as exc:

@@ -16,7 +16,10 @@ The pump moves bytes; an adapter knows what they mean. They meet at four small t
 - the session is given a `ConnectionHandle` when it is made: the way back to its
   connection for what is not one reply per frame. An AMQP session answers some frames
   with several (or with none), and pushes frames nobody asked for (Basic.Deliver); it
-  `send`s them, and they join the same ordered stream of replies;
+  `send`s them, and they join the same ordered stream of replies. It may also stop the
+  pump reading its socket for a while (`pause_reading`: a publisher blocked by
+  back-pressure), and close once its last words are written (`close_after_pending`:
+  AMQP's Connection.Close and CloseOk must reach the client before the socket goes);
 - `CloseConnection`, raised by a framer or a session, ends this connection only: the
   stream cannot be understood any more (a bad size, an unknown request), the reason is
   logged and counted, and the broker carries on.
@@ -124,7 +127,27 @@ class ConnectionHandle(Protocol):
         ...
 
     def close(self, reason: str) -> None:
-        """Close the connection (idempotent); `Session.closed` follows."""
+        """Close the connection now (idempotent); `Session.closed` follows. Replies not yet
+        handed to the socket are dropped."""
+        ...
+
+    def close_after_pending(self, reason: str) -> None:
+        """Close once every reply due so far has been written: those to frames handled
+        before, whatever was `send`t before, and, when called from `Session.handle`, the
+        reply that call returns. From now on no frame is read or handled and `send` is
+        ignored; `Session.closed` follows the close (idempotent; `close` still closes at
+        once)."""
+        ...
+
+    def pause_reading(self) -> None:
+        """Stop reading from the socket (the client's TCP window then closes) until
+        `resume_reading`. The pump has reasons of its own to pause (replies in flight,
+        memory, a client not reading, a stop): it reads only when none remains, so a
+        resume never overrides them. Idempotent."""
+        ...
+
+    def resume_reading(self) -> None:
+        """Withdraw this session's pause (see `pause_reading`). Idempotent."""
         ...
 
 

@@ -36,6 +36,7 @@ from .partition import (
     DeadLetter,
     InFlightRange,
     Outcome,
+    PurgeResult,
     SharePartition,
 )
 from .persistence import PersistedBatch, ShareState
@@ -59,6 +60,7 @@ __all__ = [
     "InvalidShareStateError",
     "Outcome",
     "PersistedBatch",
+    "PurgeResult",
     "RecordState",
     "ShareConfig",
     "ShareError",

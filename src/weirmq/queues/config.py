@@ -21,8 +21,11 @@ from .errors import InvalidShareConfigError
 
 RECORD_LOCK_DURATION_MS_MAX: Final = 3_600_000
 """An hour: Kafka's upper bound for group.share.record.lock.duration.ms."""
-DELIVERY_COUNT_LIMIT_MAX: Final = 25
-"""Kafka's upper bound for group.share.max.delivery.count.limit."""
+DELIVERY_COUNT_LIMIT_MAX: Final = 2**31 - 1
+"""The engine's own bound: a delivery count is a counter, never a size. Kafka bounds its
+configs at 25 (group.share.max.delivery.count.limit), and so do Kafka's configs here
+(settings and group configs); an AMQP classic queue redelivers without limit, as RabbitMQ
+does, which this bound stands for."""
 MAX_RECORD_LOCKS_MAX: Final = 10_000
 """Kafka's upper bound for group.share.partition.max.record.locks; bounds the in-flight
 window, hence this engine's memory and snapshot size per share-partition."""

@@ -136,6 +136,13 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
+class PurgeResult:
+    delta: ShareState | None
+    count: int
+    """How many records were dropped."""
+
+
+@dataclass(frozen=True, slots=True)
 class AcquireResult:
     """`acquire`'s outputs: the records to send to the member, in offset order."""
 
@@ -330,6 +337,27 @@ class SharePartition:
             self._start = log_start_offset
             self._drop_below_start()
         return Outcome(*self._finish())
+
+    def purge(self, log_end_offset: int, now_ms: int) -> PurgeResult:
+        """Archive every available record below `log_end_offset`, in the window and fresh
+        (AMQP's queue.purge drops the ready messages); acquired records stay with their
+        holders. Never dead-lettered."""
+        self._begin(now_ms)
+        count = 0
+        available = [
+            (run.first_offset, run.last_offset) for run in self._runs if run.state is AVAILABLE
+        ]
+        for first, last in available:
+            self._apply(first, last, Event.PURGE, now_ms)
+            count += last - first + 1
+        end = self.end_offset
+        if log_end_offset > end:
+            self._runs.append(InFlightRange(end, log_end_offset - 1, ARCHIVED, 0))
+            self._touched.append((end, log_end_offset - 1))
+            count += log_end_offset - end
+        delta, dead = self._finish()
+        assert not dead
+        return PurgeResult(delta, count)
 
     def expire(self, now_ms: int) -> Outcome:
         """Time out the locks due at `now_ms`, and end the retry backoffs due."""

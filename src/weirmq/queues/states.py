@@ -63,6 +63,8 @@ class Event(Enum):
     REJECT = "reject"
     GAP = "gap"
     LOCK_TIMEOUT = "lock timeout"
+    PURGE = "purge"
+    """An available record dropped unread (AMQP's queue.purge): never dead-lettered."""
 
 
 class DeadLetterReason(Enum):
@@ -90,6 +92,7 @@ TRANSITIONS: Final[dict[tuple[RecordState, Event], tuple[RecordState, RecordStat
     (_AQ, Event.LOCK_TIMEOUT): (_AV, _ARC),
     (_AQ, Event.REJECT): (_ARC, _ARC),
     (_AQ, Event.GAP): (_ARC, _ARC),
+    (_AV, Event.PURGE): (_ARC, _ARC),
 }
 """The whole state machine; an (state, event) pair missing here is illegal."""
 

@@ -31,20 +31,27 @@ Every connection is bounded (each bound is a setting):
   (`CloseConnection`), closes this connection only; so does a bug in a session, logged;
 - at `max_in_flight_requests` replies queued or awaited, reading pauses until one is
   written;
+- a session may pause reading itself (`ConnectionHandle.pause_reading`: an AMQP publisher
+  blocked by back-pressure) until it resumes it. Reading goes on only when no reason to
+  pause remains: the session's, the in-flight bound, the write buffer, the request memory
+  budget, a stop. Each is a condition looked at in one place (`_update_reading`), never a
+  count of pauses and resumes that could drift;
 - while the transport's write buffer is above its high-water mark (a client not reading
   what we write), reading pauses too, so a slow reader cannot make us buffer without end;
   a session that pushes frames on its own checks `write_paused` and is told when writing
   resumes;
-- a connection with nothing in flight and no bytes in or out for `idle_timeout_ms` is
-  closed, at that moment: each read and each write notes the loop's time (one clock read
-  per read, not per frame), and each connection has one timer, due when its last noted
-  activity is a timeout old. A timer that finds the connection was active meanwhile is
-  set again for the new moment, so a busy connection costs one timer per timeout, not one
-  per read. Bytes of a large frame that the kernel holds for us while the receive
-  low-water mark is raised (below) count as activity too: the timer asks the kernel how
-  many bytes wait (FIONREAD), so a slow but live sender is not cut as idle. A peer that
-  vanished without a FIN (a half-open connection) is found by TCP keepalive
-  (`_KEEPALIVE_*`), and, with nothing in flight, by the idle timeout;
+- a connection with nothing in flight and no bytes in or out for the listener's idle
+  timeout (`idle_timeout_ms`, unless the listener was given its own: AMQP's is off by
+  default, its heartbeats find dead peers) is closed, at that moment: each read and each
+  write notes the loop's time (one clock read per read, not per frame), and each
+  connection has one timer, due when its last noted activity is a timeout old. A timer
+  that finds the connection was active meanwhile is set again for the new moment, so a
+  busy connection costs one timer per timeout, not one per read. Bytes of a large frame
+  that the kernel holds for us while the receive low-water mark is raised (below) count as
+  activity too: the timer asks the kernel how many bytes wait (FIONREAD), so a slow but
+  live sender is not cut as idle. A peer that vanished without a FIN (a half-open
+  connection) is found by TCP keepalive (`_KEEPALIVE_*`), and, with nothing in flight, by
+  the idle timeout;
 - a connection quiet for `BUFFER_RELEASE_IDLE_S` (the same test: nothing in flight, no
   bytes in or out) gives back the buffers its framer keeps for the frames to come
   (`Framer.release_buffers`; Kafka's reader keeps up to ~2 MiB: a scratch buffer and the
@@ -89,9 +96,22 @@ than `_RCVLOWAT_MIN` keep the mark at 1: two setsockopt calls would cost more th
 read or two they save. Linux only: its kernel caps the mark and grows the receive buffer
 to fit it, so a mark can never outgrow what a socket may hold.
 
+Closing comes in two kinds. `close` is at once: what is due but not yet handed to the
+transport is dropped (the transport still writes what it was handed). `close_after_pending`
+is for a protocol whose last words must arrive (AMQP's Connection.Close and CloseOk): no
+more frames are read or handled, later `send`s are ignored, and the connection closes once
+every reply due so far has been written, the reply to the frame being handled included
+when it is called from `Session.handle`. The check runs where replies are written
+(`_flush`) and where awaited ones finish, so it costs nothing per frame.
+
 `Listener.stop` is the orderly shutdown: stop accepting, stop reading, let what is in
 flight finish (fetch long polls are woken by the broker) for at most the shutdown timeout,
 then close every connection. Time is read in one place, `Listener.now`.
+
+A listener takes its bounds from the settings; a protocol whose needs differ gets its own
+values from whoever builds its listener (`Listener`'s `idle_timeout_ms`), and listeners may
+share one request memory budget (`memory`), so that `queued_max_request_bytes` bounds all
+connections of the broker together, whatever their protocol.
 """
 
 from __future__ import annotations
@@ -101,6 +121,7 @@ import contextlib
 import ctypes
 import fcntl
 import logging
+import math
 import socket
 import struct
 import sys
@@ -280,7 +301,10 @@ class Connection(asyncio.BufferedProtocol):
         self._max_in_flight = listener.settings.max_in_flight_requests
         self._write_paused = False
         self._reading_paused = False
+        self._session_paused = False  # the session asked (`pause_reading`)
         self._closing = False
+        # Set by `close_after_pending`: the reason to close with once nothing is due.
+        self._close_when_done: str | None = None
         self._admitted = False  # counted in the listener's limits (not refused)
         self._last_active = listener.now()  # the loop's time of the last read or write
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -321,7 +345,7 @@ class Connection(asyncio.BufferedProtocol):
         listener.stats.connections_open += 1
         listener.stats.connections_total += 1
         _keep_alive(transport)
-        self._idle_timer = listener.call_later(listener.idle_timeout_s, self._idle_due)
+        self._set_idle_timer(self._last_active)
         try:
             self._session = listener.adapter.new_session(self)
         except Exception:
@@ -353,6 +377,8 @@ class Connection(asyncio.BufferedProtocol):
             for frame in frames:
                 if self._closing:
                     return
+                if self._close_when_done is not None:
+                    break  # nothing after the last words is handled
                 self._on_frame(frame, read_at, held)
                 held = 0
             if self._due:
@@ -414,7 +440,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def send(self, reply: Reply) -> None:
         """Write `reply` after everything already due; see `ConnectionHandle.send`."""
-        if self._closing:
+        if self._closing or self._close_when_done is not None:
             return
         now = time.perf_counter()
         if self._queue:
@@ -425,12 +451,40 @@ class Connection(asyncio.BufferedProtocol):
             self._flush_soon()
 
     def close(self, reason: str) -> None:
+        """Close now; see `ConnectionHandle.close`."""
         if self._closing:
             return
         self._closing = True
         log.info("closing %s connection from %s: %s", self.listener.adapter.name, self.peer, reason)
         if self.transport is not None:
             self.transport.close()
+
+    def close_after_pending(self, reason: str) -> None:
+        """Close once every reply due so far is written; see the module docstring."""
+        if self._closing or self._close_when_done is not None:
+            return
+        self._close_when_done = reason
+        self._update_reading()
+        # Never at once: called from `Session.handle`, the reply it returns is not queued
+        # yet. `_flush` writes what is due, then closes if nothing is left.
+        self._flush_soon()
+
+    def pause_reading(self) -> None:
+        """Stop reading from the socket until `resume_reading` (the session's own reason;
+        see the module docstring). Idempotent."""
+        self._session_paused = True
+        self._update_reading()
+
+    def resume_reading(self) -> None:
+        """Read again, unless another reason to pause remains. Idempotent."""
+        self._session_paused = False
+        self._update_reading()
+
+    def _close_if_done(self) -> None:
+        """`close_after_pending`'s close, once nothing is queued, awaited or due."""
+        reason = self._close_when_done
+        if reason is not None and not self._queue and not self._due and not self._closing:
+            self.close(reason)
 
     # --- frames and replies -------------------------------------------------------------
 
@@ -497,6 +551,7 @@ class Connection(asyncio.BufferedProtocol):
             self._flush_soon()
         else:
             self._update_reading()
+            self._close_if_done()
         if self.listener.stopping and not queue and not due:
             self.listener.drained.set()
 
@@ -513,6 +568,7 @@ class Connection(asyncio.BufferedProtocol):
         due = self._due
         if not due or self._closing or self.transport is None:
             due.clear()
+            self._close_if_done()
             return
         self._due = []
         self._last_active = self.listener.now()
@@ -539,6 +595,7 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
         if self.listener.stopping and not self._queue:
             self.listener.drained.set()
+        self._close_if_done()
 
     # --- bounds -------------------------------------------------------------------------
 
@@ -547,6 +604,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         should_pause = (
             self._write_paused
+            or self._session_paused
+            or self._close_when_done is not None
             or self.listener.stopping
             or self._wanted_bytes > 0
             or len(self._queue) + len(self._due) >= self._max_in_flight
@@ -622,20 +681,27 @@ class Connection(asyncio.BufferedProtocol):
             return
         listener = self.listener
         now_s = listener.now()
-        self.check_idle(now_s, listener.settings.idle_timeout_ms)
+        self.check_idle(now_s, listener.idle_timeout_ms)
         if not self._closing:
-            self._idle_timer = listener.call_later(self._idle_check_due - now_s, self._idle_due)
+            self._set_idle_timer(now_s)
 
     def check_idle(self, now_s: float, idle_timeout_ms: int) -> None:
-        """Close this connection if it has been idle for `idle_timeout_ms` at `now_s`, or
-        release its framer's buffers if quiet for `BUFFER_RELEASE_IDLE_S`; a request in
-        flight, a wait for request memory (we keep it from sending) or bytes the kernel
-        received for it since the last look make it active now."""
-        if self._queue or self._due or self._wanted_bytes or self._kernel_received_more():
+        """Close this connection if it has been idle for `idle_timeout_ms` (0: never) at
+        `now_s`, or release its framer's buffers if quiet for `BUFFER_RELEASE_IDLE_S`; a
+        request in flight, a wait for request memory or a pause its session asked for (we
+        keep it from sending) or bytes the kernel received for it since the last look make
+        it active now."""
+        if (
+            self._queue
+            or self._due
+            or self._wanted_bytes
+            or self._session_paused
+            or self._kernel_received_more()
+        ):
             self._last_active = now_s
             return
         quiet_s = now_s - self._last_active
-        if quiet_s * 1000 >= idle_timeout_ms:
+        if idle_timeout_ms and quiet_s * 1000 >= idle_timeout_ms:
             self.close(f"idle for {idle_timeout_ms} ms")
         elif quiet_s >= BUFFER_RELEASE_IDLE_S and not self._buffers_released:
             self._buffers_released = True
@@ -646,11 +712,19 @@ class Connection(asyncio.BufferedProtocol):
         them, and the idle timer, set for the idle deadline, must come sooner to release
         them again."""
         self._buffers_released = False
-        if self._idle_timer is None:  # not admitted, or closed
+        if not self._admitted or self._closing:
             return
-        self._idle_timer.cancel()
-        delay_s = self._idle_check_due - self._last_active  # `_last_active` is now
-        self._idle_timer = self.listener.call_later(delay_s, self._idle_due)
+        self._set_idle_timer(self._last_active)  # `_last_active` is now
+
+    def _set_idle_timer(self, now_s: float) -> None:
+        """Set the idle timer for `_idle_check_due`, replacing any; none when nothing is
+        ever due (no idle timeout, and the framer's buffers already released)."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        due_s = self._idle_check_due
+        if due_s != math.inf:
+            self._idle_timer = self.listener.call_later(due_s - now_s, self._idle_due)
 
     @property
     def _idle_check_due(self) -> float:
@@ -662,8 +736,8 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def idle_deadline(self) -> float:
-        """When this connection is idle for `idle_timeout_ms`, unless it is active first
-        (the listener's clock)."""
+        """When this connection is idle for the listener's idle timeout, unless it is
+        active first (the listener's clock); infinity without an idle timeout."""
         return self._last_active + self.listener.idle_timeout_s
 
     def _kernel_received_more(self) -> bool:
@@ -753,8 +827,18 @@ class Listener:
     """A TCP listener for one protocol adapter, and its connections."""
 
     def __init__(
-        self, adapter: Adapter, settings: Settings, stats: ConnectionStats | None = None
+        self,
+        adapter: Adapter,
+        settings: Settings,
+        stats: ConnectionStats | None = None,
+        *,
+        idle_timeout_ms: int | None = None,
+        memory: RequestMemory | None = None,
     ) -> None:
+        """`idle_timeout_ms` replaces the setting of that name for this listener's
+        connections (0: no idle timeout); `memory` is a budget shared with other
+        listeners, instead of one of `queued_max_request_bytes` of its own."""
+        assert idle_timeout_ms is None or idle_timeout_ms >= 0, idle_timeout_ms
         self.adapter = adapter
         self.settings = settings
         self.stats: ConnectionStats = stats if stats is not None else ConnectionCounts()
@@ -766,8 +850,14 @@ class Listener:
         self._server: asyncio.Server | None = None
         self.request_latency: dict[str, Histogram] = {}
         """Frame read to reply written, by `Reply.kind`, for every connection."""
-        self.idle_timeout_s = settings.idle_timeout_ms / 1000
-        self.memory = RequestMemory(settings.queued_max_request_bytes)
+        self.idle_timeout_ms = (
+            settings.idle_timeout_ms if idle_timeout_ms is None else idle_timeout_ms
+        )
+        """Connections quiet this long are closed; 0: never."""
+        self.idle_timeout_s = self.idle_timeout_ms / 1000 if self.idle_timeout_ms else math.inf
+        self.memory = (
+            memory if memory is not None else RequestMemory(settings.queued_max_request_bytes)
+        )
         """Large requests being received or in flight, all connections together."""
         self.connections_by_address: dict[str, int] = {}
         """Open connections per client host (for `max_connections_per_address`)."""
@@ -882,7 +972,7 @@ class Listener:
     def close_idle(self) -> None:
         """Look at every connection now, as its idle timer would (for tests)."""
         now_s = self.now()
-        idle_timeout_ms = self.settings.idle_timeout_ms
+        idle_timeout_ms = self.idle_timeout_ms
         for connection in list(self.connections):
             connection.check_idle(now_s, idle_timeout_ms)
 

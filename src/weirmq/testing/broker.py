@@ -19,7 +19,10 @@ is mocked: a test that passes against it passes against a broker process.
   at interpreter exit dies with its daemon thread.
 
 The HTTP admin API is off by default: it costs ~300 ms of imports that most tests do not
-need. `Broker(admin=True)` turns it on (on a free port, see `admin_url`).
+need. `Broker(admin=True)` turns it on (on a free port, see `admin_url`). The AMQP 0-9-1
+listener is off by default too, so that a test broker never takes RabbitMQ's port 5672
+(`weirmq serve`'s default); `Broker(amqp=True)` turns it on, on a free port (see
+`amqp_address`, read from the line the broker announces it with).
 
 Start-up time is mostly imports, paid once per process: ~220 ms for the broker's modules
 (kio's message classes are most of it), then a few milliseconds per broker. kio registers
@@ -53,11 +56,18 @@ class Broker:
     """
 
     def __init__(
-        self, *, data_dir: str | Path | None = None, admin: bool = False, **settings: Any
+        self,
+        *,
+        data_dir: str | Path | None = None,
+        admin: bool = False,
+        amqp: bool = False,
+        **settings: Any,
     ) -> None:
         self._own_data_dir = data_dir is None
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._admin = admin
+        self._amqp = amqp
+        self._amqp_address: str | None = None
         self._overrides = settings
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -81,6 +91,7 @@ class Broker:
             **{
                 "listen": "127.0.0.1:0",
                 "admin_listen": "127.0.0.1:0" if self._admin else None,
+                "amqp_listen": "127.0.0.1:0" if self._amqp else None,
                 "data_dir": self._data_dir,
                 **self._overrides,
             }
@@ -140,6 +151,13 @@ class Broker:
         return f"http://{host}:{port}"
 
     @property
+    def amqp_address(self) -> str:
+        """``127.0.0.1:PORT`` of the AMQP 0-9-1 listener (needs ``Broker(amqp=True)``)."""
+        if self._amqp_address is None:
+            raise RuntimeError("the AMQP listener is off; use Broker(amqp=True)")
+        return self._amqp_address
+
+    @property
     def data_dir(self) -> Path:
         assert self._data_dir is not None, "not started"
         return self._data_dir
@@ -173,6 +191,8 @@ class Broker:
 
     async def _serve(self, settings: Any) -> None:
         serve = _import_serve()
+        from weirmq.server.run import AMQP_ANNOUNCEMENT
+
         services = []
         if settings.admin_listen is not None:
             from weirmq.admin.http import AdminService
@@ -186,12 +206,19 @@ class Broker:
             self._core = core
             self._ready.set()
 
+        def announce(line: str) -> None:
+            # The announce lines are for people and supervisors; a test has the addresses,
+            # and the AMQP one only from its line (the listener is run's own).
+            if line.startswith(AMQP_ANNOUNCEMENT):
+                self._amqp_address = line.removeprefix(AMQP_ANNOUNCEMENT)
+
         await serve(
-            settings, announce=_quiet, stop=self._stop_event, services=services, ready=ready
+            settings, announce=announce, stop=self._stop_event, services=services, ready=ready
         )
 
     def _cleanup(self) -> None:
         self._core = None
+        self._amqp_address = None
         if self._own_data_dir and self._data_dir is not None:
             shutil.rmtree(self._data_dir, ignore_errors=True)
 
@@ -208,7 +235,3 @@ def _import_serve() -> Any:
         if hide and sys.modules.get("hypothesis", 0) is None:
             del sys.modules["hypothesis"]
     return serve
-
-
-def _quiet(_line: str) -> None:
-    """The announce lines are for people and supervisors; a test has the addresses."""

@@ -207,6 +207,8 @@ class Channel:
 
     def _close_ok(self, _value: Inbound, _now_ms: int, out: list[Outbound]) -> None:
         self._forget_content()
+        if self.state is ChannelState.OPEN:  # CLOSING told the methods already
+            self._methods.channel_closed(self.number)
         out.append(commands.Channel.CloseOk())
 
     def _flow(self, value: Inbound, _now_ms: int, out: list[Outbound]) -> None:
@@ -300,6 +302,8 @@ class Channel:
         if error.class_id is None and isinstance(value, base.Frame):
             error.class_id, error.method_id = ids(value)
         self._forget_content()
+        if self.state is not ChannelState.CLOSING:
+            self._methods.channel_closed(self.number)
         self.state = ChannelState.CLOSING
         return [
             commands.Channel.Close(

@@ -243,6 +243,8 @@ class AmqpConnection:
         self._blocked_reason = ""
         self._blocked_sent = False  # what the client was last told
         self._step = Step()
+        self._methods_told = False
+        """Whether the methods heard `connection_closed`."""
 
     # --- inputs -------------------------------------------------------------------------
 
@@ -294,7 +296,7 @@ class AmqpConnection:
     def transport_closed(self) -> None:
         """The transport is gone: nothing more will be sent."""
         self.state = State.CLOSED
-        self._channels.clear()
+        self._forget_channels()
 
     # --- outputs ------------------------------------------------------------------------
 
@@ -527,13 +529,19 @@ class AmqpConnection:
                 method_id=error.method_id or 0,
             ),
         )
-        self._channels.clear()
+        self._forget_channels()
         self._closing_error = error
         self._close_deadline_ms = now_ms + self.config.close_ok_timeout_ms
         self.state = State.CLOSING
 
-    def _close_transport(self, reason: str) -> None:
+    def _forget_channels(self) -> None:
         self._channels.clear()
+        if not self._methods_told:
+            self._methods_told = True
+            self._methods.connection_closed()
+
+    def _close_transport(self, reason: str) -> None:
+        self._forget_channels()
         self._step.close = reason
         self.state = State.CLOSED
 

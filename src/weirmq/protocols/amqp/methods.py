@@ -99,6 +99,16 @@ class MethodTable:
         for method, handler in (handlers or {}).items():
             self.register(method, handler)
 
+    # What a broker backend hears besides methods (no-ops unless it replaces them): a
+    # channel closed (from either side: its unacknowledged deliveries go back to their
+    # queues, its consumers end) and the connection closed (every channel with it).
+
+    def channel_closed(self, channel: int) -> None:
+        """Channel `channel` is closed or closing; nothing more of it reaches a handler."""
+
+    def connection_closed(self) -> None:
+        """The connection is closed or closing; called once."""
+
     def register(self, method: type[base.Frame], handler: Handler) -> None:
         class_id = method.index >> 16
         assert class_id in self._classes, f"{method.name} is not in a handled class"

@@ -20,8 +20,10 @@ does what the returned `Step` says, in one place (`_perform`):
 its flow controller blocks or unblocks publishers, and every live connection tells its
 client (Connection.Blocked / Unblocked).
 
-Stage 1 has no broker behind it: the `MethodTable` given to the adapter is empty unless a
-caller registers handlers, so exchange, queue and basic methods are answered 540.
+With a broker behind it (`AmqpBackend`, handlers.py), each connection gets its own
+`ClientConnection`, the method table of its exchange, queue, basic and confirm methods;
+the session is its `Sender`, for the frames that are not answers (deliveries, confirms).
+Without one (the connection layer's tests), those methods are answered 540.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from ..contract import ConnectionHandle, Frame, Outcome, Reply
 from .config import AmqpConfig
 from .connection import AmqpConnection, Step
 from .framing import AmqpFramer, encode
+from .handlers import AmqpBackend, ClientConnection, Sender
 from .methods import MethodTable
 
 
-class AmqpSession:
+class AmqpSession(Sender):
     """One AMQP connection; see the module docstring."""
 
     __slots__ = (
@@ -46,6 +49,7 @@ class AmqpSession:
         "_timer",
         "_timer_at_ms",
         "_timers",
+        "client",
         "machine",
     )
 
@@ -64,8 +68,13 @@ class AmqpSession:
         config = adapter.config
         if frame_max_bytes < config.frame_max_bytes:  # never offer what the framer refuses
             config = replace(config, frame_max_bytes=frame_max_bytes)
+        backend = adapter.backend
+        self.client: ClientConnection | None = None
+        methods = adapter.methods
+        if backend is not None:
+            self.client = methods = backend.connect(self)
         self.machine = AmqpConnection(
-            config, self._clock(), peer_host=connection.peer_host, methods=adapter.methods
+            config, self._clock(), peer_host=connection.peer_host, methods=methods
         )
         self._arm(self.machine.deadline_ms)
 
@@ -75,12 +84,27 @@ class AmqpSession:
         return self._perform(self.machine.receive(frame, self._clock()))
 
     def writing_resumed(self) -> None:
-        """Nothing to do yet: stage 1 pushes nothing but heartbeats and flow notices."""
+        """Deliveries held back while the transport was full may go on."""
+        if self.client is not None:
+            self.client.writing_resumed()
 
     def closed(self) -> None:
         self._cancel_timer()
         self.machine.transport_closed()
         self._adapter.sessions.discard(self)
+
+    # --- the Sender (frames that answer no frame) ------------------------------------------
+
+    def send(self, data: bytes, kind: str) -> None:
+        if data and self.machine.state.value == "open":
+            self._connection.send(Reply(b"", [data], kind))
+
+    def write_paused(self) -> bool:
+        return self._connection.write_paused
+
+    def supports(self, capability: str) -> bool:
+        capabilities = self.machine.client_properties.get("capabilities")
+        return isinstance(capabilities, dict) and capabilities.get(capability) is True
 
     # --- what the broker may ask -------------------------------------------------------
 
@@ -145,8 +169,10 @@ class AmqpAdapter:
         clock: Clock,
         timers: Timers,
         methods: MethodTable | None = None,
+        backend: AmqpBackend | None = None,
     ) -> None:
         self.config = config
+        self.backend = backend
         self.clock = clock
         self.timers = timers
         self.methods = methods if methods is not None else MethodTable()
@@ -170,7 +196,15 @@ class AmqpAdapter:
         for session in list(self.sessions):
             session.flow(blocked, reason)
 
+    def housekeeping(self) -> None:
+        """Periodic work (the broker's housekeeping interval): the queues' logs are
+        trimmed below what every consumer has settled."""
+        if self.backend is not None:
+            self.backend.trim()
+
     def shutdown(self) -> None:
         """Close every connection with 320 CONNECTION_FORCED."""
         for session in list(self.sessions):
             session.shutdown()
+        if self.backend is not None:
+            self.backend.shutdown()

@@ -1,0 +1,897 @@
+"""The exchange, queue, basic and confirm methods of one AMQP connection, on the broker.
+
+`AmqpBackend` (one per listener) holds the model (`model.AmqpModel`: exchanges and queues
+on topics) and one `QueueDispatcher` per queue that has consumers. `AmqpBackend.connect`
+gives each connection a `ClientConnection`, whose `MethodTable` the connection's state
+machine calls (`methods`): a handler answers with the frames its method gets, at once;
+what comes later (deliveries, publisher confirms, a server-sent cancel) is `send`t
+through the session.
+
+Channels
+--------
+Per channel (`ChannelContext`): the prefetch limits (Basic.Qos: per consumer, or shared by
+the channel with `global`, as RabbitMQ reads the flag), the consumers, the deliveries not
+yet acknowledged by delivery tag, and publisher confirms. The channel is the member that
+holds its deliveries in each queue's share group (`amqp:<topic>`), so when it closes
+(either side, or with its connection) everything it holds is released in one step per
+queue and delivered again with `redelivered` set, as RabbitMQ does; acknowledged messages
+never come back. Cancelling a consumer keeps its deliveries on the channel (RabbitMQ).
+
+Delivering
+----------
+A queue with consumers has one dispatcher task: in turn, each consumer with credit (its
+prefetch, its channel's, a transport that is not write-paused) gets up to
+`DELIVER_BATCH_MAX` messages acquired for its channel; when no consumer can take more, or
+the queue is empty, the task waits for an append to the queue's topic, a release in its
+share group, or new credit (`kick`: an ack, a Qos, a consumer, a transport resuming).
+A no-ack consumer's messages are acknowledged as they are sent; its bound is the
+transport's write buffer (the pump pauses writing past its high-water mark, and the
+dispatcher then skips it).
+
+Publishing
+----------
+A publish is appended before its handler returns (`model.publish`). In confirm mode the
+channel numbers publishes from 1 and acknowledges them once durable: those that needed
+no fsync at once, the rest when the fsync group commit covering them completes
+(`Partition.durable`), with `multiple` for a contiguous run; a write that fails is
+nacked. `mandatory` messages no queue gets are returned (312 NO_ROUTE) before their
+confirm, as RabbitMQ orders them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import logging
+import os
+import struct
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from pamqp import commands
+
+from ...broker.partition import Durability, Partition, wait_any
+from ...broker.shares import AckType
+from ...errors import KafkaError
+from ...records.batch import parse_header
+from ...records.codec import read_records
+from .errors import AmqpError, ReplyCode
+from .framing import Outbound, encode
+from .mapping import content_header_frame, delivery_content
+from .methods import Call, MethodTable, Reaction
+from .model import AmqpModel, QueueDef
+
+if TYPE_CHECKING:
+    from ...broker.core import Broker
+
+log = logging.getLogger(__name__)
+
+DELIVER_BATCH_MAX: Final = 64
+"""Messages one consumer is given per turn: fairness between consumers of one queue (they
+take turns) against the cost of a turn."""
+DELIVER_BYTES_MAX: Final = 1024 * 1024
+"""About how many bytes of log one turn reads for one consumer."""
+NO_ACK_BATCH: Final = 256
+"""Messages a no-ack consumer is given per turn (its bound is the write buffer)."""
+IDLE_WAIT_MS: Final = 30_000
+"""How long a dispatcher sleeps with nothing to do before looking again (it is woken
+sooner by appends, releases and new credit)."""
+UNACKED_MAX: Final = 65_536
+"""Deliveries one channel may hold unacknowledged whatever its prefetch (0 means no
+limit in AMQP; here it means this one): bounds the channel's delivery-tag map."""
+CONFIRMS_PENDING_MAX: Final = 1_000_000
+"""Publishes one channel may have waiting for their confirm: past it the channel is
+closed (406), since a publisher that never reads confirms would grow the list forever."""
+_FRAME_END: Final = b"\xce"
+_FRAME_HEAD: Final = struct.Struct(">BHI")
+_BODY_FRAME: Final = 3
+
+
+class Sender:
+    """How a connection's frames leave (the session implements it)."""
+
+    def send(self, data: bytes, kind: str) -> None:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def write_paused(self) -> bool:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def supports(self, capability: str) -> bool:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+@dataclass(slots=True, eq=False)
+class Consumer:
+    channel: ChannelContext
+    tag: str
+    queue: QueueDef
+    no_ack: bool
+    exclusive: bool
+    prefetch: int
+    """Per consumer (0: none); the channel's global limit applies besides."""
+    unacked: int = 0
+
+    def credit(self) -> int:
+        channel = self.channel
+        if channel.closed or channel.connection.sender.write_paused():
+            return 0
+        if self.no_ack:
+            return NO_ACK_BATCH
+        room = DELIVER_BATCH_MAX
+        if self.prefetch:
+            room = min(room, self.prefetch - self.unacked)
+        if channel.global_prefetch:
+            room = min(room, channel.global_prefetch - len(channel.unacked))
+        return min(room, UNACKED_MAX - len(channel.unacked))
+
+
+@dataclass(slots=True)
+class Pending:
+    queue: QueueDef
+    offset: int
+    consumer: Consumer | None
+    """None for a Basic.Get."""
+
+
+@dataclass(slots=True, eq=False)
+class ChannelContext:
+    connection: ClientConnection
+    number: int
+    member_id: str
+    prefetch: int = 0
+    """Basic.Qos(global=false): the limit of consumers made after it."""
+    global_prefetch: int = 0
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    unacked: dict[int, Pending] = field(default_factory=dict)
+    next_tag: int = 1
+    confirming: bool = False
+    next_seq: int = 1
+    unconfirmed: deque[tuple[int, Partition | None, int]] = field(default_factory=deque)
+    confirm_task: asyncio.Task[None] | None = None
+    closed: bool = False
+
+
+class QueueDispatcher:
+    """Delivers one queue's messages to its consumers; see the module docstring."""
+
+    def __init__(self, backend: AmqpBackend, queue: QueueDef) -> None:
+        self._backend = backend
+        self.queue = queue
+        self.consumers: list[Consumer] = []
+        self._turn = 0
+        self._kicked: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        self.kick()
+
+    def remove(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        self.kick()
+
+    def kick(self) -> None:
+        """Credit or records may be available: look again."""
+        kicked = self._kicked
+        if kicked is not None and not kicked.done():
+            kicked.set_result(None)
+
+    def stop(self) -> None:
+        self.consumers.clear()
+        if self._task is not None:
+            self._task.cancel()
+
+    # The waiter protocol of `wait_any` (a Wakeable), for kicks.
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._kicked = waiter
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
+        if self._kicked is waiter:
+            self._kicked = None
+
+    async def _run(self) -> None:
+        backend = self._backend
+        broker = backend.broker
+        queue = self.queue
+        try:
+            while self.consumers and not broker.closing:
+                if not self._turn_once():
+                    partition = broker.partition(queue.topic, 0)
+                    if partition is None:
+                        return
+                    sources = [partition, broker.shares.wakeup(queue.group_id), self]
+                    waited = wait_any(
+                        sources, broker.clock() + IDLE_WAIT_MS, broker.timers, broker.clock
+                    )
+                    if waited is not None:
+                        await waited
+                else:
+                    await asyncio.sleep(0)  # let the loop write and read in between
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("delivering from %s failed", queue.label())
+
+    def _turn_once(self) -> bool:
+        """Give each consumer with credit one batch; whether anything was delivered."""
+        delivered = False
+        consumers = self.consumers
+        count = len(consumers)
+        for step in range(count):
+            if not consumers:
+                break
+            consumer = consumers[(self._turn + step) % len(consumers)]
+            credit = consumer.credit()
+            if credit <= 0:
+                continue
+            if self._backend.deliver(consumer, credit):
+                delivered = True
+            else:
+                break  # the queue is empty (for everyone)
+        self._turn = (self._turn + 1) % max(1, len(consumers))
+        return delivered
+
+
+class AmqpBackend:
+    """The broker behind an AMQP listener; see the module docstring."""
+
+    def __init__(self, broker: Broker, model: AmqpModel) -> None:
+        self.broker = broker
+        self.model = model
+        self.dispatchers: dict[str, QueueDispatcher] = {}
+        """By queue topic."""
+        self.connections: set[ClientConnection] = set()
+        self._serial = itertools.count(1)
+
+    def connect(self, sender: Sender) -> ClientConnection:
+        connection = ClientConnection(self, sender, next(self._serial))
+        self.connections.add(connection)
+        return connection
+
+    def dispatcher(self, queue: QueueDef) -> QueueDispatcher:
+        found = self.dispatchers.get(queue.topic)
+        if found is None or found.queue is not queue:
+            found = self.dispatchers[queue.topic] = QueueDispatcher(self, queue)
+        return found
+
+    def kick(self, queue: QueueDef) -> None:
+        found = self.dispatchers.get(queue.topic)
+        if found is not None:
+            found.kick()
+
+    def deliver(self, consumer: Consumer, credit: int) -> bool:
+        """Acquire up to `credit` messages for `consumer` and send them; False when there
+        were none to acquire."""
+        channel = consumer.channel
+        queue = consumer.queue
+        broker = self.broker
+        now = broker.clock()
+        acquired = broker.shares.acquire_one(
+            queue.group_id, channel.member_id, queue.topic_id, 0, credit, DELIVER_BYTES_MAX, now
+        )
+        if acquired is None:
+            return False
+        frames: list[bytes] = []
+        offsets: list[int] = []
+        for offset, delivery_count, headers, value in _acquired_messages(acquired):
+            tag = channel.next_tag
+            channel.next_tag += 1
+            exchange, routing_key, properties = delivery_content(headers)
+            body = value or b""
+            frames.append(
+                encode(
+                    channel.number,
+                    commands.Basic.Deliver(
+                        consumer_tag=consumer.tag,
+                        delivery_tag=tag,
+                        redelivered=delivery_count > 1,
+                        exchange=exchange,
+                        routing_key=routing_key,
+                    ),
+                )
+            )
+            frames.append(content_header_frame(channel.number, len(body), properties))
+            frames.extend(_body_frames(channel.number, body, channel.connection.frame_max))
+            if consumer.no_ack:
+                offsets.append(offset)
+            else:
+                channel.unacked[tag] = Pending(queue, offset, consumer)
+                consumer.unacked += 1
+        if offsets:
+            self.settle(queue, channel.member_id, offsets, AckType.ACCEPT)
+        if frames:
+            channel.connection.sender.send(b"".join(frames), "deliver")
+        return True
+
+    def settle(self, queue: QueueDef, member_id: str, offsets: list[int], ack: AckType) -> None:
+        """Acknowledge (accept, release, reject) `offsets` of `queue` held by `member_id`."""
+        batches = [(first, last, ack) for first, last in _runs(sorted(offsets))]
+        outcome = self.broker.shares.acknowledge(
+            queue.group_id, member_id, queue.topic_id, 0, batches, self.broker.clock()
+        )
+        if outcome.message is not None and outcome.code:
+            log.debug(
+                "%s: settling %d message(s): %s", queue.label(), len(offsets), outcome.message
+            )
+
+    def queue_deleted(self, queue: QueueDef) -> None:
+        """Cancel every consumer of a deleted queue (server-sent Basic.Cancel to clients
+        that announced `consumer_cancel_notify`, as RabbitMQ does)."""
+        dispatcher = self.dispatchers.pop(queue.topic, None)
+        if dispatcher is None:
+            return
+        consumers = list(dispatcher.consumers)
+        dispatcher.stop()
+        for consumer in consumers:
+            channel = consumer.channel
+            channel.consumers.pop(consumer.tag, None)
+            for tag in [t for t, p in channel.unacked.items() if p.queue is queue]:
+                del channel.unacked[tag]
+            if channel.closed:
+                continue
+            sender = channel.connection.sender
+            if sender.supports("consumer_cancel_notify"):
+                sender.send(
+                    encode(channel.number, commands.Basic.Cancel(consumer_tag=consumer.tag)),
+                    "cancel",
+                )
+
+    def trim(self) -> None:
+        self.model.trim()
+
+    def shutdown(self) -> None:
+        for dispatcher in self.dispatchers.values():
+            dispatcher.stop()
+        self.dispatchers.clear()
+
+
+class ClientConnection(MethodTable):
+    """One connection's methods and channels; see the module docstring."""
+
+    def __init__(self, backend: AmqpBackend, sender: Sender, serial: int) -> None:
+        super().__init__()
+        self.backend = backend
+        self.sender = sender
+        self.serial = serial
+        self.frame_max = 131_072
+        self.channels: dict[int, ChannelContext] = {}
+        self.exclusive_queues: list[QueueDef] = []
+        self._closed = False
+        model, broker = backend.model, backend.broker
+        self._model = model
+        self._broker = broker
+        for method, handler in {
+            commands.Exchange.Declare: self._exchange_declare,
+            commands.Exchange.Delete: self._exchange_delete,
+            commands.Exchange.Bind: self._exchange_bind,
+            commands.Exchange.Unbind: self._exchange_unbind,
+            commands.Queue.Declare: self._queue_declare,
+            commands.Queue.Bind: self._queue_bind,
+            commands.Queue.Unbind: self._queue_unbind,
+            commands.Queue.Purge: self._queue_purge,
+            commands.Queue.Delete: self._queue_delete,
+            commands.Basic.Qos: self._basic_qos,
+            commands.Basic.Consume: self._basic_consume,
+            commands.Basic.Cancel: self._basic_cancel,
+            commands.Basic.Publish: self._basic_publish,
+            commands.Basic.Get: self._basic_get,
+            commands.Basic.Ack: self._basic_ack,
+            commands.Basic.Nack: self._basic_nack,
+            commands.Basic.Reject: self._basic_reject,
+            commands.Basic.Recover: self._basic_recover,
+            commands.Basic.RecoverAsync: self._basic_recover_async,
+            commands.Confirm.Select: self._confirm_select,
+        }.items():
+            self.register(method, handler)
+
+    # --- the state machine's hooks -------------------------------------------------------
+
+    def channel_closed(self, channel: int) -> None:
+        context = self.channels.pop(channel, None)
+        if context is not None:
+            self._close_channel(context)
+
+    def connection_closed(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for context in list(self.channels.values()):
+            self._close_channel(context)
+        self.channels.clear()
+        for queue in self.exclusive_queues:
+            if self._model.queue(queue.vhost, queue.name) is queue:
+                self._delete_queue(queue)
+        self.exclusive_queues.clear()
+        self.backend.connections.discard(self)
+
+    def writing_resumed(self) -> None:
+        for context in self.channels.values():
+            for consumer in context.consumers.values():
+                self.backend.kick(consumer.queue)
+
+    def _close_channel(self, context: ChannelContext) -> None:
+        context.closed = True
+        for consumer in list(context.consumers.values()):
+            self._end_consumer(consumer)
+        context.consumers.clear()
+        held = {pending.queue for pending in context.unacked.values()}
+        context.unacked.clear()
+        now = self._broker.clock()
+        for queue in held:
+            self._broker.shares.release(queue.group_id, context.member_id, now)
+        if context.confirm_task is not None:
+            context.confirm_task.cancel()
+
+    def _end_consumer(self, consumer: Consumer) -> None:
+        backend = self.backend
+        queue = consumer.queue
+        dispatcher = backend.dispatchers.get(queue.topic)
+        if dispatcher is not None:
+            dispatcher.remove(consumer)
+            if not dispatcher.consumers:
+                dispatcher.stop()
+                backend.dispatchers.pop(queue.topic, None)
+        queue.consumers -= 1
+        still_declared = self._model.queue(queue.vhost, queue.name) is queue
+        if queue.auto_delete and queue.consumers <= 0 and queue.had_consumers and still_declared:
+            self._delete_queue(queue)
+
+    def _channel(self, call: Call) -> ChannelContext:
+        context = self.channels.get(call.channel)
+        if context is None:
+            context = ChannelContext(self, call.channel, f"amqp-{self.serial}-{call.channel}")
+            self.channels[call.channel] = context
+            self.frame_max = call.connection.frame_max_bytes or self.frame_max
+        return context
+
+    # --- exchanges -----------------------------------------------------------------------
+
+    def _exchange_declare(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Exchange.Declare)
+        self._model.declare_exchange(call.connection.vhost, method)
+        return () if method.nowait else (commands.Exchange.DeclareOk(),)
+
+    def _exchange_delete(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Exchange.Delete)
+        self._model.delete_exchange(call.connection.vhost, method)
+        return () if method.nowait else (commands.Exchange.DeleteOk(),)
+
+    def _exchange_bind(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Exchange.Bind)
+        self._model.bind_exchange(
+            call.connection.vhost,
+            method.destination,
+            method.source,
+            method.routing_key,
+            method.arguments or {},
+        )
+        return () if method.nowait else (commands.Exchange.BindOk(),)
+
+    def _exchange_unbind(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Exchange.Unbind)
+        self._model.unbind_exchange(
+            call.connection.vhost,
+            method.destination,
+            method.source,
+            method.routing_key,
+            method.arguments or {},
+        )
+        return () if method.nowait else (commands.Exchange.UnbindOk(),)
+
+    # --- queues ------------------------------------------------------------------------
+
+    def _queue_declare(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Queue.Declare)
+        queue, ready = self._model.declare_queue(call.connection.vhost, method, self)
+        if queue.exclusive and queue.owner is self and queue not in self.exclusive_queues:
+            self.exclusive_queues.append(queue)
+        if method.nowait:
+            return ()
+        return (
+            commands.Queue.DeclareOk(
+                queue=queue.name, message_count=ready, consumer_count=queue.consumers
+            ),
+        )
+
+    def _queue_bind(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Queue.Bind)
+        self._model.bind_queue(call.connection.vhost, method, self)
+        return () if method.nowait else (commands.Queue.BindOk(),)
+
+    def _queue_unbind(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Queue.Unbind)
+        self._model.unbind_queue(call.connection.vhost, method, self)
+        return (commands.Queue.UnbindOk(),)
+
+    def _queue_purge(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Queue.Purge)
+        queue = self._model.required_queue(call.connection.vhost, method.queue, self)
+        count = self._model.purge_queue(queue, call.now_ms)
+        return () if method.nowait else (commands.Queue.PurgeOk(message_count=count),)
+
+    def _queue_delete(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Queue.Delete)
+        vhost = call.connection.vhost
+        queue = self._model.queue(vhost, method.queue)
+        if queue is None:
+            # RabbitMQ: deleting a queue that does not exist succeeds.
+            return () if method.nowait else (commands.Queue.DeleteOk(message_count=0),)
+        self._model.check_owner(queue, self)
+        if method.if_unused and queue.consumers > 0:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"{queue.label()} in use")
+        if method.if_empty:
+            ready, unacked = self._model.counts(queue)
+            if ready or unacked:
+                raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"{queue.label()} is not empty")
+        count = self._delete_queue(queue)
+        return () if method.nowait else (commands.Queue.DeleteOk(message_count=count),)
+
+    def _delete_queue(self, queue: QueueDef) -> int:
+        self.backend.queue_deleted(queue)
+        for connection in self.backend.connections:
+            for context in connection.channels.values():
+                for tag in [t for t, p in context.unacked.items() if p.queue is queue]:
+                    del context.unacked[tag]
+        return self._model.delete_queue(queue)
+
+    # --- basic: consuming ----------------------------------------------------------------
+
+    def _basic_qos(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Basic.Qos)
+        if method.prefetch_size:
+            raise AmqpError(
+                ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})"
+            )
+        context = self._channel(call)
+        if method.global_:
+            context.global_prefetch = method.prefetch_count
+        else:
+            context.prefetch = method.prefetch_count
+        for consumer in context.consumers.values():
+            self.backend.kick(consumer.queue)
+        return (commands.Basic.QosOk(),)
+
+    def _basic_consume(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Basic.Consume)
+        context = self._channel(call)
+        queue = self._model.required_queue(call.connection.vhost, method.queue, self)
+        tag = method.consumer_tag or _consumer_tag()
+        if tag in context.consumers:
+            raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        dispatcher = self.backend.dispatcher(queue)
+        if any(c.exclusive for c in dispatcher.consumers) or (
+            method.exclusive and dispatcher.consumers
+        ):
+            raise AmqpError(ReplyCode.ACCESS_REFUSED, f"{queue.label()} in exclusive use")
+        consumer = Consumer(context, tag, queue, method.no_ack, method.exclusive, context.prefetch)
+        context.consumers[tag] = consumer
+        queue.consumers += 1
+        queue.had_consumers = True
+        # Deliveries start on the next turn of the loop: after ConsumeOk is written.
+        dispatcher.add(consumer)
+        return () if method.nowait else (commands.Basic.ConsumeOk(consumer_tag=tag),)
+
+    def _basic_cancel(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Basic.Cancel)
+        context = self._channel(call)
+        consumer = context.consumers.pop(method.consumer_tag or "", None)
+        if consumer is not None:
+            self._end_consumer(consumer)
+        return () if method.nowait else (commands.Basic.CancelOk(consumer_tag=method.consumer_tag),)
+
+    def _basic_get(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Basic.Get)
+        context = self._channel(call)
+        queue = self._model.required_queue(call.connection.vhost, method.queue, self)
+        broker = self._broker
+        acquired = broker.shares.acquire_one(
+            queue.group_id, context.member_id, queue.topic_id, 0, 1, DELIVER_BYTES_MAX, call.now_ms
+        )
+        messages = [] if acquired is None else list(_acquired_messages(acquired))
+        if not messages:
+            return (commands.Basic.GetEmpty(),)
+        offset, delivery_count, headers, value = messages[0]
+        tag = context.next_tag
+        context.next_tag += 1
+        if method.no_ack:
+            self.backend.settle(queue, context.member_id, [offset], AckType.ACCEPT)
+        else:
+            context.unacked[tag] = Pending(queue, offset, None)
+        ready, _ = self._model.counts(queue)
+        exchange, routing_key, properties = delivery_content(headers)
+        body = value or b""
+        data = b"".join(
+            [
+                encode(
+                    call.channel,
+                    commands.Basic.GetOk(
+                        delivery_tag=tag,
+                        redelivered=delivery_count > 1,
+                        exchange=exchange,
+                        routing_key=routing_key,
+                        message_count=ready,
+                    ),
+                ),
+                content_header_frame(call.channel, len(body), properties),
+                *_body_frames(call.channel, body, self.frame_max),
+            ]
+        )
+        self.sender.send(data, "get")
+        return ()
+
+    def _basic_ack(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Basic.Ack)
+        self._settle(call, method.delivery_tag, method.multiple, AckType.ACCEPT)
+        return ()
+
+    def _basic_nack(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Basic.Nack)
+        ack = AckType.RELEASE if method.requeue else AckType.REJECT
+        self._settle(call, method.delivery_tag, method.multiple, ack)
+        return ()
+
+    def _basic_reject(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Basic.Reject)
+        ack = AckType.RELEASE if method.requeue else AckType.REJECT
+        self._settle(call, method.delivery_tag or 0, False, ack)
+        return ()
+
+    def _settle(self, call: Call, tag: int, multiple: bool, ack: AckType) -> None:
+        context = self._channel(call)
+        unacked = context.unacked
+        if multiple:
+            tags = [t for t in unacked if t <= tag] if tag else list(unacked)
+        elif tag in unacked:
+            tags = [tag]
+        else:
+            tags = []
+        if not tags and (tag or not multiple):
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        by_queue: dict[QueueDef, list[int]] = {}
+        for one in tags:
+            pending = unacked.pop(one)
+            by_queue.setdefault(pending.queue, []).append(pending.offset)
+            if pending.consumer is not None:
+                pending.consumer.unacked -= 1
+        for queue, offsets in by_queue.items():
+            self.backend.settle(queue, context.member_id, offsets, ack)
+            self.backend.kick(queue)
+
+    def _basic_recover(self, call: Call) -> Reaction:
+        self._recover(call)
+        return (commands.Basic.RecoverOk(),)
+
+    def _basic_recover_async(self, call: Call) -> Reaction:
+        self._recover(call)
+        return ()
+
+    def _recover(self, call: Call) -> None:
+        """Redeliver every unacknowledged delivery of the channel (requeue=true is the
+        only form RabbitMQ implements, and so here)."""
+        context = self._channel(call)
+        held = {pending.queue for pending in context.unacked.values()}
+        for pending in context.unacked.values():
+            if pending.consumer is not None:
+                pending.consumer.unacked -= 1
+        context.unacked.clear()
+        for queue in held:
+            self._broker.shares.release(queue.group_id, context.member_id, call.now_ms)
+            self.backend.kick(queue)
+
+    # --- basic: publishing ---------------------------------------------------------------
+
+    def _confirm_select(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Confirm.Select)
+        self._channel(call).confirming = True
+        return () if method.nowait else (commands.Confirm.SelectOk(),)
+
+    def _basic_publish(self, call: Call) -> Reaction:
+        method = call.method
+        assert isinstance(method, commands.Basic.Publish) and call.content is not None
+        context = self._channel(call)
+        seq = 0
+        if context.confirming:
+            seq = context.next_seq
+            context.next_seq += 1
+        durability = Durability.FSYNCED if context.confirming else Durability.WRITTEN
+        properties, body = call.content
+        try:
+            publication = self._model.publish(
+                call.connection.vhost, method, properties, body, durability, call.now_ms
+            )
+        except KafkaError as exc:
+            if not context.confirming:
+                raise AmqpError(
+                    ReplyCode.PRECONDITION_FAILED, f"message not stored: {exc}"
+                ) from None
+            log.info("AMQP publish to %r not stored: %s", method.exchange, exc)
+            return self._confirm(context, seq, None, None, ok=False)
+        out: list[Outbound] = []
+        if method.mandatory and not publication.routed:
+            out.append(
+                commands.Basic.Return(
+                    reply_code=int(ReplyCode.NO_ROUTE),
+                    reply_text="NO_ROUTE",
+                    exchange=method.exchange,
+                    routing_key=method.routing_key,
+                )
+            )
+            self._return_content(call, out)
+        if context.confirming:
+            out.extend(
+                self._confirm(
+                    context, seq, publication.partition, publication.durable_offset, ok=True
+                )
+            )
+        return out
+
+    def _return_content(self, call: Call, out: list[Outbound]) -> None:
+        from pamqp import body as pbody
+        from pamqp import header as pheader
+
+        assert call.content is not None
+        properties, data = call.content
+        out.append(pheader.ContentHeader(0, len(data), properties))
+        step = max(1, self.frame_max - 8)
+        for start in range(0, len(data), step):
+            out.append(pbody.ContentBody(data[start : start + step]))
+
+    def _confirm(
+        self,
+        context: ChannelContext,
+        seq: int,
+        partition: Partition | None,
+        durable_offset: int | None,
+        *,
+        ok: bool,
+    ) -> list[Outbound]:
+        """Confirm `seq` now (returned frames) when nothing before it waits and it needs
+        no fsync, else queue it for the channel's confirm task."""
+        if not ok:
+            if not context.unconfirmed:
+                return [commands.Basic.Nack(delivery_tag=seq)]
+            context.unconfirmed.append((seq, None, -1))
+        elif durable_offset is None and not context.unconfirmed:
+            return [commands.Basic.Ack(delivery_tag=seq)]
+        else:
+            context.unconfirmed.append((seq, partition, durable_offset or 0))
+        if len(context.unconfirmed) > CONFIRMS_PENDING_MAX:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"more than {CONFIRMS_PENDING_MAX} publishes wait for their confirm",
+            )
+        if context.confirm_task is None or context.confirm_task.done():
+            context.confirm_task = asyncio.get_running_loop().create_task(
+                self._confirm_loop(context)
+            )
+        return []
+
+    async def _confirm_loop(self, context: ChannelContext) -> None:
+        """Confirm the queued publishes in order, one fsync round at a time."""
+        pending = context.unconfirmed
+        while pending and not context.closed:
+            last_seq = pending[-1][0]
+            targets: dict[Partition, int] = {}
+            failed_seqs: list[int] = []
+            for seq, partition, offset in pending:
+                if partition is None:
+                    if offset == -1:
+                        failed_seqs.append(seq)
+                    continue
+                targets[partition] = max(targets.get(partition, 0), offset)
+            ok = True
+            try:
+                for partition, offset in targets.items():
+                    await partition.durable(offset)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("AMQP publishes not made durable: %s", exc)
+                ok = False
+            if context.closed:
+                return
+            frames: list[bytes] = []
+            if ok and not failed_seqs:
+                frames.append(
+                    encode(context.number, commands.Basic.Ack(delivery_tag=last_seq, multiple=True))
+                )
+            else:
+                failed = set(failed_seqs)
+                for seq, _partition, _offset in pending:
+                    if seq > last_seq:
+                        break
+                    good = ok and seq not in failed
+                    reply = (
+                        commands.Basic.Ack(delivery_tag=seq)
+                        if good
+                        else commands.Basic.Nack(delivery_tag=seq)
+                    )
+                    frames.append(encode(context.number, reply))
+            while pending and pending[0][0] <= last_seq:
+                pending.popleft()
+            self.sender.send(b"".join(frames), "confirm")
+
+
+def _acquired_messages(
+    acquired: object,
+) -> Iterator[tuple[int, int, list[tuple[str, bytes | None]], bytes | None]]:
+    """(offset, delivery count, headers, value) of every acquired record, in order."""
+    from ...broker.shares import Acquired
+
+    assert isinstance(acquired, Acquired)
+    counts: list[tuple[int, int, int]] = [
+        (r.first_offset, r.last_offset, r.delivery_count) for r in acquired.ranges
+    ]
+    view = memoryview(acquired.records)
+    position = 0
+    index = 0
+    while position < len(view) and index < len(counts):
+        header = parse_header(view, position)
+        batch = view[position : position + header.size]
+        position += header.size
+        if header.base_offset + header.last_offset_delta < counts[index][0]:
+            continue
+        _, copies = read_records(batch)
+        for copy in copies:
+            offset = copy.offset
+            while index < len(counts) and offset > counts[index][1]:
+                index += 1
+            if index >= len(counts):
+                break
+            first, _last, count = counts[index]
+            if offset >= first:
+                yield offset, count, copy.headers, copy.value
+
+
+def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:
+    """Sorted offsets as (first, last) runs of consecutive ones."""
+    if not offsets:
+        return
+    first = last = offsets[0]
+    for offset in offsets[1:]:
+        if offset == last + 1:
+            last = offset
+            continue
+        if offset == last:
+            continue
+        yield first, last
+        first = last = offset
+    yield first, last
+
+
+def _body_frames(channel: int, body: bytes | memoryview, frame_max: int) -> Iterator[bytes]:
+    """Body frames of at most `frame_max` bytes each (8 of which are the frame's own)."""
+    step = max(1, frame_max - 8)
+    for start in range(0, len(body), step):
+        part = body[start : start + step]
+        yield _FRAME_HEAD.pack(_BODY_FRAME, channel, len(part)) + bytes(part) + _FRAME_END
+
+
+def _consumer_tag() -> str:
+    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
+
+
+SenderFactory = Callable[[], Sender]

@@ -1,0 +1,801 @@
+"""AMQP's exchanges and queues on WeirMQ's log: what each one is, where it lives, how it is
+declared, found again after a restart, and written to.
+
+Every AMQP object is a topic, so everything published over AMQP is on the log, replayable
+and readable by Kafka clients and Spark:
+
+    AMQP                        WeirMQ
+    --------------------------  -----------------------------------------------------------
+    exchange E (vhost /)        the exchange topic E (`weirmq.exchange.type`, docs/routing.md):
+                                a publish appends to it and the router copies the message to
+                                the topics bound to it, in the same turn
+    the default exchange ""     none: a publish appends to the queue named by the routing key
+    queue Q (vhost /)           topic Q, one partition, read by the share group "amqp:Q" (the
+                                queue engine, `weirmq.queues`): locks, acks, redelivery
+    binding E -> Q (key K)      a binding of exchange topic E to topic Q (`Exchanges.bind`)
+    binding E -> E2             an exchange-to-exchange binding of the two topics
+
+Topic names. A name Kafka allows (letters, digits, `.`, `_`, `-`, at most 249, not starting
+with `__`) is used as it is, in vhost `/`; other vhosts prefix `<vhost>.`. Otherwise, or
+when the name is taken by a topic that is not this object (Celery declares an exchange and
+a queue both called `celery`, and a Kafka user may own a plain topic of that name), the
+topic gets a suffix (`.queue`, `.exchange`) or, failing that, a readable prefix and a
+hash. The topic records which AMQP object it is (`weirmq.amqp.queue` /
+`weirmq.amqp.exchange`: vhost, name, flags and arguments, JSON), and `load` builds the
+registry from those configs, so a lookup never re-derives a name. An exchange made by
+Kafka clients or the CLI (a topic with `weirmq.exchange.type` and no AMQP record) is the
+AMQP exchange of the same name in vhost `/`: that is how a record a Kafka producer writes
+to an exchange reaches AMQP consumers.
+
+Declarations are checked as RabbitMQ checks them (the texts are RabbitMQ's, since people
+search for them): a passive declare of a missing object is 404; a redeclare with other
+flags or arguments 406 "inequivalent arg"; names starting with `amq.` are reserved (403);
+an exclusive queue belongs to the connection that declared it (405 to others) and goes
+with it. Queues that are not durable, and exclusive ones, are deleted when the broker
+starts, as RabbitMQ's transient queues are. Queue arguments WeirMQ does not enforce yet
+(message TTL, length limits, dead-lettering, priorities, single active consumer, streams)
+are refused with 406 and a text saying so, rather than accepted and ignored.
+
+Sans-I/O apart from the broker's own synchronous calls (topic creation fsyncs
+topics.json, a binding appends to `__weirmq_routing`): each method returns or raises
+`AmqpError` with RabbitMQ's code.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
+
+from pamqp import commands
+
+from ...broker.configs import AMQP_EXCHANGE, AMQP_QUEUE, EXCHANGE_ALTERNATE, EXCHANGE_TYPE
+from ...broker.exchanges import RoutingError
+from ...broker.partition import Durability, Partition
+from ...broker.shares import ShareConfig
+from ...errors import KafkaError
+from ...records.batch import Record, encode_batch
+from .errors import AmqpError, ReplyCode
+from .mapping import record_headers
+
+if TYPE_CHECKING:
+    from ...broker.core import Broker
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EXCHANGE: Final = ""
+BUILTIN_EXCHANGES: Final[Mapping[str, str]] = {
+    "amq.direct": "direct",
+    "amq.fanout": "fanout",
+    "amq.topic": "topic",
+    "amq.headers": "headers",
+    "amq.match": "headers",
+}
+"""RabbitMQ's pre-declared exchanges (every vhost has them); made on first use."""
+EXCHANGE_TYPES: Final = frozenset({"direct", "fanout", "topic", "headers"})
+RESERVED_PREFIX: Final = "amq."
+SERVER_NAMED_PREFIX: Final = "amq.gen-"
+QUEUE_GROUP_PREFIX: Final = "amqp:"
+NAME_BYTES_MAX: Final = 255
+"""AMQP's short string: exchange and queue names."""
+TOPIC_NAME_CHARS_MAX: Final = 249
+_LEGAL_TOPIC: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_ILLEGAL_CHARS: Final = re.compile(r"[^A-Za-z0-9._-]")
+
+CONSUMER_TIMEOUT_MS: Final = 1_800_000
+"""How long a delivery may stay unacknowledged before it is given to another consumer
+(RabbitMQ's `consumer_timeout`, 30 minutes): the lock of the queue engine."""
+WINDOW_RECORDS: Final = 10_000
+"""The queue engine's in-flight window (its largest): unacknowledged deliveries, and what
+lies between the oldest of them and the newest, stay within it."""
+
+SUPPORTED_ARGUMENTS: Final = frozenset({"x-queue-type", "x-delivery-limit"})
+NOT_YET_ARGUMENTS: Final = frozenset(
+    {
+        "x-message-ttl",
+        "x-expires",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-overflow",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-single-active-consumer",
+        "x-max-priority",
+        "x-queue-mode",
+        "x-queue-master-locator",
+        "x-queue-leader-locator",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+    }
+)
+"""RabbitMQ queue arguments WeirMQ refuses (406) until it enforces them."""
+QUEUE_TYPES: Final = frozenset({"classic", "quorum"})
+
+
+@dataclass(slots=True, eq=False)
+class QueueDef:
+    vhost: str
+    name: str
+    topic: str
+    topic_id: uuid.UUID
+    durable: bool
+    exclusive: bool
+    auto_delete: bool
+    arguments: dict[str, Any]
+    owner: object | None = None
+    """The connection of an exclusive queue (not persisted: it goes with it)."""
+    consumers: int = 0
+    had_consumers: bool = False
+
+    @property
+    def group_id(self) -> str:
+        return QUEUE_GROUP_PREFIX + self.topic
+
+    def document(self) -> str:
+        return json.dumps(
+            {
+                "vhost": self.vhost,
+                "name": self.name,
+                "durable": self.durable,
+                "exclusive": self.exclusive,
+                "auto_delete": self.auto_delete,
+                "arguments": self.arguments,
+            },
+            sort_keys=True,
+        )
+
+    def label(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
+
+@dataclass(slots=True, eq=False)
+class ExchangeDef:
+    vhost: str
+    name: str
+    topic: str
+    type: str
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+    declared: bool = True
+    """Declared over AMQP (False: an exchange topic made by Kafka clients or the CLI)."""
+
+    def document(self) -> str:
+        return json.dumps(
+            {
+                "vhost": self.vhost,
+                "name": self.name,
+                "durable": self.durable,
+                "auto_delete": self.auto_delete,
+                "internal": self.internal,
+                "arguments": self.arguments,
+            },
+            sort_keys=True,
+        )
+
+    def label(self) -> str:
+        return f"exchange '{self.name}' in vhost '{self.vhost}'"
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """Where a publish went."""
+
+    routed: bool
+    """Some queue got it (for `mandatory`)."""
+    partition: Partition | None
+    """The partition appended to (None: nothing was, an unroutable default-exchange
+    publish); its fsync below `durable_offset` confirms the message."""
+    durable_offset: int | None
+
+
+class AmqpModel:
+    """The registry of one broker's AMQP objects; see the module docstring."""
+
+    def __init__(self, broker: Broker, *, message_bytes_max: int) -> None:
+        self._broker = broker
+        self._queues: dict[tuple[str, str], QueueDef] = {}
+        self._exchanges: dict[tuple[str, str], ExchangeDef] = {}
+        self._topic_max_bytes = str(max(1_048_588, message_bytes_max + 1_048_576))
+        self.load()
+
+    # --- the registry ----------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Find the AMQP objects in the topics' configs; delete transient queues."""
+        broker = self._broker
+        transient: list[str] = []
+        for topic in list(broker.topics):
+            queue_doc = _document(topic.configs.get(AMQP_QUEUE, ""))
+            if queue_doc is not None:
+                queue = QueueDef(
+                    str(queue_doc.get("vhost", "/")),
+                    str(queue_doc.get("name", topic.name)),
+                    topic.name,
+                    topic.topic_id,
+                    bool(queue_doc.get("durable", True)),
+                    bool(queue_doc.get("exclusive", False)),
+                    bool(queue_doc.get("auto_delete", False)),
+                    dict(queue_doc.get("arguments") or {}),
+                )
+                if queue.exclusive or not queue.durable:
+                    transient.append(topic.name)
+                    continue
+                self._queues[(queue.vhost, queue.name)] = queue
+                broker.shares.set_queue_config(queue.group_id, share_config(queue.arguments))
+                continue
+            exchange_doc = _document(topic.configs.get(AMQP_EXCHANGE, ""))
+            if exchange_doc is not None:
+                exchange = ExchangeDef(
+                    str(exchange_doc.get("vhost", "/")),
+                    str(exchange_doc.get("name", topic.name)),
+                    topic.name,
+                    topic.configs.get(EXCHANGE_TYPE, "direct"),
+                    bool(exchange_doc.get("durable", True)),
+                    bool(exchange_doc.get("auto_delete", False)),
+                    bool(exchange_doc.get("internal", False)),
+                    dict(exchange_doc.get("arguments") or {}),
+                )
+                self._exchanges[(exchange.vhost, exchange.name)] = exchange
+        for name in transient:
+            log.info("deleting transient AMQP queue topic %r", name)
+            try:
+                broker.delete_topic(name)
+            except KafkaError as exc:
+                log.warning("transient AMQP queue topic %r not deleted: %s", name, exc)
+
+    def queue(self, vhost: str, name: str) -> QueueDef | None:
+        return self._queues.get((vhost, name))
+
+    def queues(self) -> list[QueueDef]:
+        return list(self._queues.values())
+
+    def exchange(self, vhost: str, name: str) -> ExchangeDef | None:
+        """The exchange, made on first use when it is built in, adopted when it is a
+        WeirMQ exchange topic of that name (vhost `/`); None when there is none."""
+        found = self._exchanges.get((vhost, name))
+        if found is not None:
+            if self._broker.topics.get(found.topic) is None:  # deleted through Kafka
+                del self._exchanges[(vhost, name)]
+                return self.exchange(vhost, name)
+            return found
+        if name in BUILTIN_EXCHANGES:
+            return self._create_exchange(
+                vhost, name, BUILTIN_EXCHANGES[name], True, False, False, {}
+            )
+        if vhost == "/":
+            topic = self._broker.topics.get(name)
+            kind = None if topic is None else topic.configs.get(EXCHANGE_TYPE)
+            if topic is not None and kind:
+                adopted = ExchangeDef(vhost, name, name, kind, declared=False)
+                self._exchanges[(vhost, name)] = adopted
+                return adopted
+        return None
+
+    # --- exchanges ---------------------------------------------------------------------------
+
+    def declare_exchange(self, vhost: str, method: commands.Exchange.Declare) -> None:
+        name = method.exchange
+        if name == DEFAULT_EXCHANGE:
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"operation not permitted on the default exchange in vhost '{vhost}'",
+            )
+        found = self.exchange(vhost, name)
+        if method.passive:
+            if found is None:
+                raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
+            return
+        kind = method.exchange_type
+        if kind not in EXCHANGE_TYPES:
+            if kind == "x-delayed-message":
+                raise AmqpError(
+                    ReplyCode.COMMAND_INVALID,
+                    "exchange type 'x-delayed-message' is not supported by WeirMQ yet",
+                )
+            raise AmqpError(ReplyCode.COMMAND_INVALID, f"unknown exchange type '{kind}'")
+        arguments = _plain(method.arguments or {})
+        if found is not None:
+            _equivalent(found.label(), "type", kind, found.type)
+            if found.declared:
+                _equivalent(found.label(), "durable", method.durable, found.durable)
+                _equivalent(found.label(), "auto_delete", method.auto_delete, found.auto_delete)
+                _equivalent(found.label(), "internal", method.internal, found.internal)
+                for key in sorted(set(arguments) | set(found.arguments)):
+                    _equivalent(found.label(), key, arguments.get(key), found.arguments.get(key))
+            return
+        _check_name(name, "exchange", vhost)
+        self._create_exchange(
+            vhost, name, kind, method.durable, method.auto_delete, method.internal, arguments
+        )
+
+    def _create_exchange(
+        self,
+        vhost: str,
+        name: str,
+        kind: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
+    ) -> ExchangeDef:
+        topic = self._free_topic(vhost, name, "exchange")
+        exchange = ExchangeDef(vhost, name, topic, kind, durable, auto_delete, internal, arguments)
+        configs = {EXCHANGE_TYPE: kind, AMQP_EXCHANGE: exchange.document()}
+        alternate = arguments.get("alternate-exchange")
+        if isinstance(alternate, str) and alternate:
+            configs[EXCHANGE_ALTERNATE] = self._exchange_topic(vhost, alternate)
+        self._create_topic(topic, configs)
+        self._exchanges[(vhost, name)] = exchange
+        return exchange
+
+    def _exchange_topic(self, vhost: str, name: str) -> str:
+        """The topic of an exchange that may not exist yet (an alternate)."""
+        found = self._exchanges.get((vhost, name))
+        return found.topic if found is not None else _preferred(vhost, name)
+
+    def delete_exchange(self, vhost: str, method: commands.Exchange.Delete) -> None:
+        name = method.exchange
+        if name == DEFAULT_EXCHANGE or name.startswith(RESERVED_PREFIX):
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"operation not permitted on {_exchange_label(name, vhost)}",
+            )
+        found = self.exchange(vhost, name)
+        if found is None:
+            return  # RabbitMQ 3.x and 4.x: deleting a missing exchange succeeds
+        exchanges = self._broker.exchanges
+        if method.if_unused and any(True for _ in exchanges.router.bindings(found.topic)):
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"{found.label()} in use")
+        self._delete_topic(found.topic)
+        self._exchanges.pop((vhost, name), None)
+
+    def bind_exchange(
+        self, vhost: str, destination: str, source: str, key: str, arguments: Mapping[str, object]
+    ) -> None:
+        dest = self._required_exchange(vhost, destination)
+        src = self._required_exchange(vhost, source)
+        self._bind(src, dest.topic, key, arguments)
+
+    def unbind_exchange(
+        self, vhost: str, destination: str, source: str, key: str, arguments: Mapping[str, object]
+    ) -> None:
+        dest = self._required_exchange(vhost, destination)
+        src = self._required_exchange(vhost, source)
+        self._unbind(src, dest.topic, key, arguments)
+
+    def _required_exchange(self, vhost: str, name: str) -> ExchangeDef:
+        if name == DEFAULT_EXCHANGE:
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"operation not permitted on the default exchange in vhost '{vhost}'",
+            )
+        found = self.exchange(vhost, name)
+        if found is None:
+            raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
+        return found
+
+    # --- queues ------------------------------------------------------------------------------
+
+    def declare_queue(
+        self, vhost: str, method: commands.Queue.Declare, owner: object
+    ) -> tuple[QueueDef, int]:
+        """The queue (declared now or before) and its ready message count."""
+        name = method.queue
+        if not name:
+            if method.passive:
+                raise AmqpError(ReplyCode.NOT_FOUND, f"no queue '' in vhost '{vhost}'")
+            name = _server_name()
+        found = self.queue(vhost, name)
+        if found is not None and self._broker.topics.get(found.topic) is None:
+            self._forget_queue(found)  # its topic was deleted through Kafka
+            found = None
+        if method.passive:
+            if found is None:
+                raise AmqpError(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
+            self.check_owner(found, owner)
+            return found, self.counts(found)[0]
+        if found is not None:
+            self.check_owner(found, owner)
+            arguments = _plain(method.arguments or {})
+            _equivalent(found.label(), "durable", method.durable, found.durable)
+            _equivalent(found.label(), "exclusive", method.exclusive, found.exclusive)
+            _equivalent(found.label(), "auto_delete", method.auto_delete, found.auto_delete)
+            for key in sorted(set(arguments) | set(found.arguments)):
+                if key in SUPPORTED_ARGUMENTS or key in NOT_YET_ARGUMENTS:
+                    _equivalent(found.label(), key, arguments.get(key), found.arguments.get(key))
+            return found, self.counts(found)[0]
+        if name.startswith(RESERVED_PREFIX) and not method.queue == "":
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"queue name '{name}' contains reserved prefix 'amq.*'",
+            )
+        _check_name(name, "queue", vhost)
+        arguments = _plain(method.arguments or {})
+        label = f"queue '{name}' in vhost '{vhost}'"
+        config = _checked_arguments(label, arguments)
+        topic_name = self._free_topic(vhost, name, "queue")
+        queue = QueueDef(
+            vhost,
+            name,
+            topic_name,
+            uuid.UUID(int=0),
+            method.durable,
+            method.exclusive,
+            method.auto_delete,
+            arguments,
+            owner if method.exclusive else None,
+        )
+        self._broker.shares.set_queue_config(queue.group_id, config)
+        topic = self._create_topic(
+            topic_name,
+            {
+                AMQP_QUEUE: queue.document(),
+                # A queue keeps every message until it is acknowledged: consumed
+                # prefixes are trimmed by `trim`, never by age or size.
+                "retention.ms": "-1",
+                "retention.bytes": "-1",
+            },
+        )
+        queue.topic_id = topic.topic_id
+        self._queues[(vhost, name)] = queue
+        return queue, 0
+
+    def check_owner(self, queue: QueueDef, owner: object) -> None:
+        if queue.exclusive and queue.owner is not owner:
+            raise AmqpError(
+                ReplyCode.RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked {queue.label()}. It could be "
+                "originally declared on another connection or the exclusive property value "
+                "does not match that of the original declaration.",
+            )
+
+    def required_queue(self, vhost: str, name: str, owner: object) -> QueueDef:
+        found = self.queue(vhost, name)
+        if found is not None and self._broker.topics.get(found.topic) is None:
+            self._forget_queue(found)
+            found = None
+        if found is None:
+            raise AmqpError(ReplyCode.NOT_FOUND, f"no queue '{name}' in vhost '{vhost}'")
+        self.check_owner(found, owner)
+        return found
+
+    def counts(self, queue: QueueDef) -> tuple[int, int]:
+        """(ready, unacknowledged) messages."""
+        return self._broker.shares.queue_counts(queue.group_id, queue.topic_id, 0)
+
+    def bind_queue(self, vhost: str, method: commands.Queue.Bind, owner: object) -> None:
+        queue = self.required_queue(vhost, method.queue, owner)
+        exchange = self._required_exchange(vhost, method.exchange)
+        self._bind(exchange, queue.topic, method.routing_key, method.arguments or {})
+
+    def unbind_queue(self, vhost: str, method: commands.Queue.Unbind, owner: object) -> None:
+        queue = self.required_queue(vhost, method.queue, owner)
+        exchange = self._required_exchange(vhost, method.exchange)
+        self._unbind(exchange, queue.topic, method.routing_key, method.arguments or {})
+
+    def purge_queue(self, queue: QueueDef, now_ms: int) -> int:
+        return self._broker.shares.purge(queue.group_id, queue.topic_id, 0, now_ms)
+
+    def delete_queue(self, queue: QueueDef) -> int:
+        """Delete the queue's topic (and so its state and bindings); the ready messages
+        it had."""
+        ready, _ = self.counts(queue)
+        self._delete_topic(queue.topic)
+        self._forget_queue(queue)
+        return ready
+
+    def _forget_queue(self, queue: QueueDef) -> None:
+        if self._queues.get((queue.vhost, queue.name)) is queue:
+            del self._queues[(queue.vhost, queue.name)]
+        self._broker.shares.set_queue_config(queue.group_id, None)
+
+    def trim(self) -> None:
+        """Move each queue's log start up to its oldest unsettled message, so that the
+        segments holding only acknowledged messages are deleted (a queue forgets what it
+        delivered, as RabbitMQ's do; an exchange's log keeps it for replay)."""
+        broker = self._broker
+        for queue in list(self._queues.values()):
+            partition = broker.partition(queue.topic, 0)
+            if partition is None:
+                continue
+            start = broker.shares.queue_start(queue.group_id, queue.topic_id, 0)
+            if start is not None and start > partition.log_start_offset:
+                try:
+                    broker.delete_records(queue.topic, 0, start)
+                except KafkaError as exc:
+                    log.warning("%s not trimmed: %s", queue.label(), exc)
+
+    # --- publishing ----------------------------------------------------------------------------
+
+    def publish(
+        self,
+        vhost: str,
+        method: commands.Basic.Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        durability: Durability,
+        now_ms: int,
+    ) -> Publication:
+        """Append one message where `method` says; raises AmqpError (404 for a missing
+        exchange, 403 for an internal one) or KafkaError (the log refused it)."""
+        name, key = method.exchange, method.routing_key
+        headers = record_headers(name, key, properties)
+        batch = encode_batch([Record(body, None, tuple(headers), now_ms)])
+        broker = self._broker
+        if name == DEFAULT_EXCHANGE:
+            queue = self._queues.get((vhost, key))
+            partition = None if queue is None else broker.partition(queue.topic, 0)
+            if partition is None:
+                return Publication(False, None, None)
+            published = partition.publish(batch, durability)
+            return Publication(True, partition, published.durable_offset)
+        exchange = self.exchange(vhost, name)
+        if exchange is None:
+            raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
+        if exchange.internal:
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"cannot publish to internal {exchange.label()}",
+            )
+        routed = True
+        if method.mandatory:
+            try:
+                amqp_headers = properties.headers or {}
+                route = broker.exchanges.router.route(
+                    exchange.topic, key, _routable_headers(amqp_headers)
+                )
+                routed = bool(route.topics)
+            except RoutingError:
+                routed = False
+        topic = broker.topics.get(exchange.topic)
+        if topic is None:
+            raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
+        index = 0 if topic.partitions == 1 else _partition_for(key, topic.partitions)
+        partition = broker.partition(exchange.topic, index)
+        if partition is None:
+            raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
+        published = partition.publish(batch, durability)
+        return Publication(routed, partition, published.durable_offset)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _bind(
+        self, source: ExchangeDef, destination: str, key: str, arguments: Mapping[str, object]
+    ) -> None:
+        try:
+            self._broker.exchanges.bind(
+                source.topic, destination, **_binding_fields(source, key, arguments)
+            )
+        except RoutingError as exc:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, str(exc)) from None
+        except KafkaError as exc:
+            raise AmqpError(ReplyCode.INTERNAL_ERROR, f"binding not saved: {exc}") from None
+
+    def _unbind(
+        self, source: ExchangeDef, destination: str, key: str, arguments: Mapping[str, object]
+    ) -> None:
+        exchanges = self._broker.exchanges
+        try:
+            binding = exchanges.find_binding(
+                source.topic, destination, **_binding_fields(source, key, arguments)
+            )
+            if binding is not None:
+                exchanges.unbind(binding)
+        except RoutingError:
+            return  # no binding could have these fields: nothing to remove
+        except KafkaError as exc:
+            raise AmqpError(ReplyCode.INTERNAL_ERROR, f"binding not removed: {exc}") from None
+        unused = not any(True for _ in exchanges.router.bindings(source.topic))
+        if source.auto_delete and source.declared and unused:
+            self._delete_topic(source.topic)
+            self._exchanges.pop((source.vhost, source.name), None)
+
+    def _free_topic(self, vhost: str, name: str, kind: str) -> str:
+        """A topic name for a new object (see the module docstring)."""
+        preferred = _preferred(vhost, name)
+        topics = self._broker.topics
+        candidates = [preferred, f"{preferred}.{kind}"]
+        digest = hashlib.sha256(f"{kind}\0{vhost}\0{name}".encode()).hexdigest()[:12]
+        readable = _ILLEGAL_CHARS.sub("_", name)[:180].lstrip("_") or kind
+        candidates.append(f"amqp.{kind}.{readable}.{digest}")
+        for candidate in candidates:
+            free = topics.get(candidate) is None and topics.pending(candidate) is None
+            if _legal_topic(candidate) and free:
+                return candidate
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            f"no topic name is free for {kind} '{name}' in vhost '{vhost}'",
+        )
+
+    def _create_topic(self, name: str, configs: dict[str, str]) -> Any:
+        configs.setdefault("max.message.bytes", self._topic_max_bytes)
+        try:
+            return self._broker.create_topic(name, 1, configs)
+        except KafkaError as exc:
+            raise AmqpError(
+                ReplyCode.INTERNAL_ERROR, f"topic '{name}' not created: {exc}"
+            ) from None
+
+    def _delete_topic(self, name: str) -> None:
+        try:
+            self._broker.delete_topic(name)
+        except KafkaError as exc:
+            if self._broker.topics.get(name) is not None:
+                raise AmqpError(
+                    ReplyCode.INTERNAL_ERROR, f"topic '{name}' not deleted: {exc}"
+                ) from None
+
+
+def share_config(arguments: Mapping[str, Any]) -> ShareConfig:
+    """The queue engine's settings for a queue with these (checked) arguments: no lock
+    timeout short of RabbitMQ's consumer timeout, immediate redelivery, the whole log from
+    the queue's creation, and a delivery limit only when `x-delivery-limit` sets one."""
+    limit = arguments.get("x-delivery-limit")
+    return ShareConfig(
+        record_lock_duration_ms=CONSUMER_TIMEOUT_MS,
+        # RabbitMQ counts redeliveries: a limit of N allows N + 1 deliveries.
+        delivery_count_limit=(limit + 1) if isinstance(limit, int) and limit >= 0 else 2**31 - 1,
+        max_record_locks=WINDOW_RECORDS,
+        auto_offset_reset="earliest",
+        retry_backoff_ms=0,
+    )
+
+
+def _checked_arguments(label: str, arguments: Mapping[str, Any]) -> ShareConfig:
+    for key, value in arguments.items():
+        if key in NOT_YET_ARGUMENTS:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"argument '{key}' of {label} is not supported by WeirMQ yet",
+            )
+        if key == "x-queue-type":
+            if value == "stream":
+                raise AmqpError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"invalid arg 'x-queue-type' for {label}: stream queues are not "
+                    "supported by WeirMQ yet",
+                )
+            if value not in QUEUE_TYPES:
+                raise AmqpError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"invalid arg 'x-queue-type' for {label}: {value!r} is not one of "
+                    "classic, quorum",
+                )
+        if key == "x-delivery-limit" and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"invalid arg 'x-delivery-limit' for {label}: {value!r} is not a "
+                "non-negative integer",
+            )
+    return share_config(arguments)
+
+
+def _equivalent(label: str, what: str, received: object, current: object) -> None:
+    if received != current or type(received) is not type(current):
+        numbers = (int, float)
+        if (
+            isinstance(received, numbers)
+            and isinstance(current, numbers)
+            and not isinstance(received, bool)
+            and not isinstance(current, bool)
+            and received == current
+        ):
+            return
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            f"inequivalent arg '{what}' for {label}: received {_shown(received)} but "
+            f"current is {_shown(current)}",
+        )
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"'{str(value).lower()}'"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return f"the value '{value}'"
+
+
+def _plain(table: Mapping[str, Any]) -> dict[str, Any]:
+    """A field table as JSON values (what a definition stores and compares)."""
+    return {str(key): _plain_value(value) for key, value in table.items()}
+
+
+def _plain_value(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, Mapping):
+        return _plain(value)
+    if isinstance(value, list | tuple):
+        return [_plain_value(item) for item in value]
+    return str(value)
+
+
+def _routable_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        str(k): v
+        for k, v in headers.items()
+        if v is None or isinstance(v, bool | int | float | str | bytes)
+    }
+
+
+def _binding_fields(
+    source: ExchangeDef, key: str, arguments: Mapping[str, object]
+) -> dict[str, Any]:
+    """The binding fields an exchange type routes on: the key for direct and topic, the
+    arguments (with x-match) for headers, nothing for fanout."""
+    if source.type == "headers":
+        return {"arguments": _routable_headers(arguments)}
+    if source.type == "fanout":
+        return {}
+    return {"key": key}
+
+
+def _document(text: str) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _preferred(vhost: str, name: str) -> str:
+    return name if vhost == "/" else f"{_ILLEGAL_CHARS.sub('_', vhost.strip('/'))}.{name}"
+
+
+def _legal_topic(name: str) -> bool:
+    return (
+        bool(_LEGAL_TOPIC.fullmatch(name))
+        and not name.startswith("__")
+        and name
+        not in (
+            ".",
+            "..",
+        )
+    )
+
+
+def _check_name(name: str, kind: str, vhost: str) -> None:
+    if len(name.encode()) > NAME_BYTES_MAX:
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            f"{kind} name is longer than {NAME_BYTES_MAX} bytes in vhost '{vhost}'",
+        )
+
+
+def _exchange_label(name: str, vhost: str) -> str:
+    if name == DEFAULT_EXCHANGE:
+        return f"the default exchange in vhost '{vhost}'"
+    return f"exchange '{name}' in vhost '{vhost}'"
+
+
+def _server_name() -> str:
+    """RabbitMQ's form: amq.gen- and 22 characters of URL-safe base64."""
+    return SERVER_NAMED_PREFIX + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
+
+
+def _partition_for(key: str, partitions: int) -> int:
+    """A multi-partition exchange (made by Kafka clients): one routing key, one partition,
+    so that messages with one key stay in order."""
+    digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % partitions

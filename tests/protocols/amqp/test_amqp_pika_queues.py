@@ -1,0 +1,362 @@
+"""Exchanges, queues, publishing and consuming with pika against a real broker core.
+
+The broker (`open_broker`, a data directory of the test's own) and the AMQP adapter with
+its backend run behind the real connection pump on a loop in a thread, on a free loopback
+port; pika's BlockingConnection is the client. What is checked is what RabbitMQ clients
+rely on: declarations and their refusals (404, 405, 406, 403 with RabbitMQ's texts),
+routing through direct, fanout, topic and headers exchanges and exchange-to-exchange
+bindings, publisher confirms, mandatory returns, consumers with prefetch and manual acks,
+nack and reject, redelivery after a channel closes, basic.get, purge and delete, and
+that everything survives a restart of the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+
+from weirmq.protocols.amqp import AmqpAdapter, AmqpConfig
+from weirmq.protocols.amqp.handlers import AmqpBackend
+from weirmq.protocols.amqp.model import AmqpModel
+from weirmq.server.connection import Listener
+from weirmq.server.startup import open_broker
+from weirmq.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+class Server:
+    """A broker with its AMQP adapter behind a real listener, on its own loop thread."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self.broker: Any = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),))
+
+    async def _main(self) -> None:
+        settings = Settings(data_dir=str(self.data_dir))
+        broker = self.broker = open_broker(settings)
+        backend = AmqpBackend(broker, AmqpModel(broker, message_bytes_max=1024 * 1024))
+        adapter = AmqpAdapter(AmqpConfig(), broker.clock, broker.timers, backend=backend)
+        listener = Listener(adapter, settings)
+        try:
+            _, self.port = await listener.start("127.0.0.1", 0)
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await self._stop.wait()
+        finally:
+            adapter.shutdown()
+            await listener.stop(timeout_s=2)
+            broker.close()
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._stop is not None
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self.thread.join(10)
+        self.loop.close()
+
+    def connect(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", self.port, connection_attempts=1)
+        )
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with Server(tmp_path / "data") as running:
+        yield running
+
+
+@pytest.fixture
+def channel(server: Server) -> Iterator[Any]:
+    connection = server.connect()
+    try:
+        yield connection.channel()
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def _drain(channel: Any, queue: str, expected: int, *, ack: bool = True) -> list[Any]:
+    """Consume `expected` messages (bounded wait), acking each unless told not to."""
+    got = []
+    for method, properties, body in channel.consume(queue, inactivity_timeout=5):
+        if method is None:
+            break
+        got.append((method, properties, body))
+        if ack:
+            channel.basic_ack(method.delivery_tag)
+        if len(got) == expected:
+            break
+    channel.cancel()
+    return got
+
+
+def test_publish_with_confirms_and_consume_with_acks(channel: Any) -> None:
+    channel.exchange_declare("orders", "direct", durable=True)
+    declared = channel.queue_declare("tasks", durable=True)
+    assert declared.method.queue == "tasks"
+    assert declared.method.message_count == 0
+    channel.queue_bind("tasks", "orders", routing_key="new")
+    channel.confirm_delivery()
+    for i in range(50):
+        channel.basic_publish(
+            "orders",
+            "new",
+            f"order {i}".encode(),
+            pika.BasicProperties(
+                content_type="text/plain",
+                delivery_mode=2,
+                message_id=f"m{i}",
+                headers={"n": i, "tags": ["a", "b"], "nested": {"x": 1}},
+            ),
+        )
+    assert channel.queue_declare("tasks", passive=True).method.message_count == 50
+    channel.basic_qos(prefetch_count=10)
+    got = _drain(channel, "tasks", 50)
+    assert [body for _, _, body in got] == [f"order {i}".encode() for i in range(50)]
+    method, properties, _ = got[7]
+    assert (method.exchange, method.routing_key, method.redelivered) == ("orders", "new", False)
+    assert properties.content_type == "text/plain"
+    assert properties.delivery_mode == 2
+    assert properties.message_id == "m7"
+    assert properties.headers == {"n": 7, "tags": ["a", "b"], "nested": {"x": 1}}
+    counts = channel.queue_declare("tasks", passive=True).method
+    assert (counts.message_count, counts.consumer_count) == (0, 0)
+
+
+def test_default_exchange_get_and_get_empty(channel: Any) -> None:
+    channel.queue_declare("q")
+    assert channel.basic_get("q") == (None, None, None)
+    channel.basic_publish("", "q", b"one")
+    channel.basic_publish("", "q", b"two")
+    method, _, body = channel.basic_get("q")
+    assert body == b"one" and method.message_count == 1 and not method.redelivered
+    channel.basic_ack(method.delivery_tag)
+    method, _, body = channel.basic_get("q", auto_ack=True)
+    assert body == b"two"
+    assert channel.basic_get("q") == (None, None, None)
+
+
+def test_nack_requeue_redelivers_and_reject_drops(channel: Any) -> None:
+    channel.queue_declare("work")
+    channel.basic_publish("", "work", b"retry me")
+    channel.basic_publish("", "work", b"drop me")
+    first, _, body = channel.basic_get("work")
+    assert body == b"retry me"
+    channel.basic_nack(first.delivery_tag, requeue=True)
+    again, _, body = channel.basic_get("work")
+    assert body == b"retry me" and again.redelivered
+    channel.basic_ack(again.delivery_tag)
+    second, _, body = channel.basic_get("work")
+    assert body == b"drop me"
+    channel.basic_reject(second.delivery_tag, requeue=False)
+    assert channel.basic_get("work") == (None, None, None)
+
+
+def test_unacked_deliveries_come_back_when_their_channel_closes(server: Server) -> None:
+    connection = server.connect()
+    first = connection.channel()
+    first.queue_declare("jobs", durable=True)
+    for i in range(5):
+        first.basic_publish("", "jobs", b"job %d" % i)
+    first.basic_qos(prefetch_count=3)
+    held = _drain(first, "jobs", 3, ack=False)
+    assert len(held) == 3
+    second = connection.channel()
+    assert second.queue_declare("jobs", passive=True).method.message_count == 2
+    first.close()
+    got = _drain(second, "jobs", 5)
+    assert sorted(body for _, _, body in got) == [b"job %d" % i for i in range(5)]
+    assert sorted(body for m, _, body in got if m.redelivered) == [b"job 0", b"job 1", b"job 2"]
+    connection.close()
+
+
+def test_prefetch_bounds_unacked_deliveries(channel: Any) -> None:
+    channel.queue_declare("slow")
+    for i in range(10):
+        channel.basic_publish("", "slow", b"%d" % i)
+    channel.basic_qos(prefetch_count=2)
+    delivered: list[Any] = []
+    channel.basic_consume("slow", lambda ch, m, p, b: delivered.append(m))
+    channel.connection.process_data_events(time_limit=0.5)
+    assert len(delivered) == 2
+    channel.basic_ack(delivered[-1].delivery_tag, multiple=True)
+    channel.connection.process_data_events(time_limit=0.5)
+    assert len(delivered) == 4
+
+
+def test_exchange_types_and_exchange_to_exchange_bindings(channel: Any) -> None:
+    channel.exchange_declare("fan", "fanout")
+    channel.exchange_declare("topics", "topic")
+    channel.exchange_declare("heads", "headers")
+    channel.exchange_declare("front", "direct")
+    for name in ("all1", "all2", "eu", "match"):
+        channel.queue_declare(name)
+    channel.queue_bind("all1", "fan")
+    channel.queue_bind("all2", "fan")
+    channel.queue_bind("eu", "topics", routing_key="eu.#")
+    channel.queue_bind("match", "heads", arguments={"x-match": "any", "region": "eu"})
+    channel.exchange_bind("fan", "front", routing_key="broadcast")
+    channel.confirm_delivery()
+    channel.basic_publish("fan", "", b"to both")
+    channel.basic_publish("topics", "eu.orders.new", b"eu order")
+    channel.basic_publish("topics", "us.orders.new", b"us order")
+    channel.basic_publish("heads", "", b"eu header", pika.BasicProperties(headers={"region": "eu"}))
+    channel.basic_publish("heads", "", b"us header", pika.BasicProperties(headers={"region": "us"}))
+    channel.basic_publish("front", "broadcast", b"via front")
+    assert [b for _, _, b in _drain(channel, "all1", 2)] == [b"to both", b"via front"]
+    assert [b for _, _, b in _drain(channel, "all2", 2)] == [b"to both", b"via front"]
+    assert [b for _, _, b in _drain(channel, "eu", 1)] == [b"eu order"]
+    assert [b for _, _, b in _drain(channel, "match", 1)] == [b"eu header"]
+    assert channel.basic_get("eu") == (None, None, None)
+
+
+def test_mandatory_unroutable_is_returned(channel: Any) -> None:
+    channel.exchange_declare("nowhere", "direct")
+    channel.confirm_delivery()
+    with pytest.raises(pika.exceptions.UnroutableError):
+        channel.basic_publish("nowhere", "k", b"lost", mandatory=True)
+    with pytest.raises(pika.exceptions.UnroutableError):
+        channel.basic_publish("", "no-such-queue", b"lost", mandatory=True)
+
+
+@pytest.mark.parametrize(
+    ("action", "code", "text"),
+    [
+        (lambda ch: ch.queue_declare("missing", passive=True), 404, "no queue 'missing'"),
+        (lambda ch: ch.exchange_declare("missing", passive=True), 404, "no exchange 'missing'"),
+        (lambda ch: ch.basic_publish("missing", "k", b"x"), 404, "no exchange 'missing'"),
+        (lambda ch: ch.queue_declare("amq.mine"), 403, "reserved prefix 'amq.*'"),
+        (lambda ch: ch.exchange_declare("", "direct"), 403, "default exchange"),
+        (lambda ch: ch.queue_bind("missing", "amq.direct"), 404, "no queue 'missing'"),
+        (
+            lambda ch: ch.queue_declare("ttl", arguments={"x-message-ttl": 1000}),
+            406,
+            "not supported by WeirMQ yet",
+        ),
+    ],
+)
+def test_refusals_close_the_channel_with_rabbitmqs_codes(
+    server: Server, action: Any, code: int, text: str
+) -> None:
+    connection = server.connect()
+    channel = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        action(channel)
+        channel.queue_declare("after", passive=True)  # a publish is refused asynchronously
+    assert refused.value.reply_code == code
+    assert text in refused.value.reply_text
+    assert connection.is_open  # a channel error leaves the connection open
+    assert connection.channel().queue_declare("", exclusive=True).method.queue
+    connection.close()
+
+
+def test_redeclare_with_other_arguments_is_406(channel: Any) -> None:
+    channel.queue_declare("q1", durable=True)
+    channel.queue_declare("q1", durable=True)  # the same again is fine
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.queue_declare("q1", durable=False)
+    assert refused.value.reply_code == 406
+    assert "inequivalent arg 'durable' for queue 'q1' in vhost '/'" in refused.value.reply_text
+
+
+def test_exchange_redeclare_with_another_type_is_406(channel: Any) -> None:
+    channel.exchange_declare("ex", "direct")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.exchange_declare("ex", "fanout")
+    assert refused.value.reply_code == 406
+    assert "inequivalent arg 'type'" in refused.value.reply_text
+
+
+def test_server_named_exclusive_queue_is_locked_to_its_connection(server: Server) -> None:
+    owner = server.connect()
+    name = owner.channel().queue_declare("", exclusive=True).method.queue
+    assert name.startswith("amq.gen-")
+    other = server.connect()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        other.channel().basic_get(name)
+    assert refused.value.reply_code == 405
+    owner.close()  # the queue goes with its connection
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+        other.channel().queue_declare(name, passive=True)
+    assert gone.value.reply_code == 404
+    other.close()
+
+
+def test_purge_and_delete(channel: Any) -> None:
+    channel.queue_declare("p")
+    for i in range(4):
+        channel.basic_publish("", "p", b"%d" % i)
+    assert channel.basic_get("p")[2] == b"0"  # held: purge leaves it
+    assert channel.queue_purge("p").method.message_count == 3
+    assert channel.queue_declare("p", passive=True).method.message_count == 0
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.queue_delete("p", if_empty=True)
+    assert refused.value.reply_code == 406
+    channel = channel.connection.channel()  # the message held by the closed one is back
+    assert channel.queue_delete("p").method.message_count == 1
+    assert channel.queue_delete("p").method.message_count == 0  # missing: still ok
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+        channel.queue_declare("p", passive=True)
+    assert gone.value.reply_code == 404
+
+
+def test_consumers_are_cancelled_when_their_queue_is_deleted(server: Server) -> None:
+    connection = server.connect()
+    channel = connection.channel()
+    channel.queue_declare("doomed")
+    cancelled: list[Any] = []
+    channel.add_on_cancel_callback(cancelled.append)
+    channel.basic_consume("doomed", lambda *args: None, consumer_tag="c1")
+    connection.channel().queue_delete("doomed")
+    connection.process_data_events(time_limit=0.5)
+    assert [frame.method.consumer_tag for frame in cancelled] == ["c1"]
+    connection.close()
+
+
+def test_definitions_and_messages_survive_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Server(data) as first:
+        connection = first.connect()
+        channel = connection.channel()
+        channel.exchange_declare("events", "topic", durable=True)
+        channel.queue_declare("durable-q", durable=True)
+        channel.queue_declare("transient-q", durable=False)
+        channel.queue_bind("durable-q", "events", routing_key="a.*")
+        channel.confirm_delivery()
+        for i in range(6):
+            channel.basic_publish("events", "a.b", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        acked, _, _ = channel.basic_get("durable-q")
+        channel.basic_ack(acked.delivery_tag)
+        held, _, _ = channel.basic_get("durable-q")  # unacked when the broker stops
+        assert held is not None
+        connection.close()
+    with Server(data) as second:
+        connection = second.connect()
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("events", "a.c", b"after")
+        got = _drain(channel, "durable-q", 6)
+        assert [b for _, _, b in got] == [b"1", b"2", b"3", b"4", b"5", b"after"]
+        assert [m.redelivered for m, _, _ in got] == [True] + [False] * 5
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+            channel.queue_declare("transient-q", passive=True)
+        assert gone.value.reply_code == 404
+        connection.close()
