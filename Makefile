@@ -6,8 +6,10 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 # Reinstall when pyproject.toml is newer than this (dependencies or entry points changed).
 INSTALL_STAMP := $(VENV)/.installed-stamp
-# Debian packages the tests need (for example kcat); installed by `make system-deps`.
-DEB_PACKAGES ?= kcat
+# Debian packages the tests need; installed by `make system-deps`. kcat is a Kafka client
+# under test; rabbitmq-server is the reference AMQP 0-9-1 server the differential tests and
+# the `amqp` benchmark start as private nodes on free ports (weirmq.bench.rabbitmq).
+DEB_PACKAGES ?= kcat rabbitmq-server
 # Spark (the weirmq.spark tests, make spark-demo) needs a Java runtime, 17 or newer; this
 # package is installed when no `java` is on the PATH.
 JAVA_PACKAGE ?= openjdk-17-jre-headless
@@ -34,6 +36,10 @@ $(INSTALL_STAMP): pyproject.toml | $(VENV_PYTHON)
 
 # Installs only what is missing, and only where it can (root with apt-get); anywhere else
 # it says what is missing and carries on, so tests needing those tools will skip or fail.
+# While it installs, service starts are refused through Debian's policy-rc.d (unless the
+# machine already has one, as container images do): rabbitmq-server's postinst would
+# otherwise start a system node holding 5672, and Erlang's epmd on 4369, which nothing
+# here uses. On a systemd machine the units stay enabled for the next boot.
 system-deps:
 	@missing=""; \
 	for pkg in $(DEB_PACKAGES); do \
@@ -50,6 +56,11 @@ system-deps:
 	fi; \
 	echo "system-deps: installing$$missing"; \
 	export DEBIAN_FRONTEND=noninteractive; \
+	policy=/usr/sbin/policy-rc.d; \
+	if [ ! -e "$$policy" ]; then \
+		trap 'rm -f "$$policy"' EXIT INT TERM; \
+		printf '#!/bin/sh\nexit 101\n' > "$$policy" && chmod 755 "$$policy"; \
+	fi; \
 	apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing
 
 # Every test, integration, Spark and slow ones included (CI runs this). pyproject's addopts

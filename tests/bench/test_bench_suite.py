@@ -19,7 +19,7 @@ from weirmq.testing import Broker
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WORKLOADS = ["startup", "idle", "produce", "consume", "requests", "latency", "partitions",
-             "stop", "routing", "rebalance", "delay", "share"]
+             "stop", "routing", "rebalance", "delay", "share", "amqp"]
 
 
 def bench(*args: str, cwd: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
@@ -42,6 +42,24 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def check_amqp(document: dict[str, Any]) -> None:
+    """RabbitMQ measured (or skipped, where it is not installed); WeirMQ measured; the
+    ratio wherever both were measured."""
+    cases = {c["name"]: c for c in document["workloads"]["amqp"]["cases"]}
+    assert len(cases) == 6
+    for name, case in cases.items():
+        if "skipped" in case:
+            assert name.endswith(": RabbitMQ") and "rabbitmq-server" in case["skipped"], case
+            continue
+        assert "error" not in case, case
+        assert case["messages"] > 0 and case["messages_per_s"] > 0
+        assert is_number(case["broker_cpu_percent"]) and case["limit"], name
+        both = name.removesuffix(": WeirMQ") + ": RabbitMQ"
+        if name.endswith(": WeirMQ") and "messages_per_s" in cases[both]:
+            assert case["ratio_to_rabbitmq"] == pytest.approx(
+                case["messages_per_s"] / cases[both]["messages_per_s"])
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
@@ -50,6 +68,7 @@ def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     document = json.loads(out.read_text())
     assert list(document["workloads"]) == WORKLOADS
+    check_amqp(document)
     assert png.read_bytes().startswith(PNG_SIGNATURE)
     assert document["quick"] is True and document["broker"]["kind"] == "own"
 

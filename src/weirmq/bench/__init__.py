@@ -14,7 +14,9 @@ and (optionally) a PNG plot:
 - ``stop``: a clean stop (SIGTERM to exit) with 10,000 partitions of producer state;
 - ``rebalance``: consumer-group rebalance time;
 - ``delay``: delayed delivery's lateness from the due time;
-- ``share``: a share group reading with per-record acknowledgement, against a classic group.
+- ``share``: a share group reading with per-record acknowledgement, against a classic group;
+- ``amqp``: AMQP 0-9-1 publish with confirms and consume with acks, WeirMQ against a
+  private RabbitMQ node (`rabbitmq`), with one pika load generator (`amqp`).
 
 Theory of operation
 -------------------

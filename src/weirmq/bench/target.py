@@ -9,6 +9,15 @@ It runs with Python's bytecode cache on even where the caller's shell turned it 
 the cache every start recompiles the ~15,000 lines `serve` imports (75-90 ms here), which
 would make the start-up figure measure the compiler.
 
+The broker says where it listens with one line per listener on stdout, the Kafka line
+first and the services' lines (admin API, AMQP) right after it, printed together once the
+start can no longer fail (`weirmq.server.run`). `parse_announcement` reads one such line;
+`BrokerProcess` reads its stdout's raw bytes with a deadline (`AnnouncementReader`, never a
+buffered ``readline``, whose buffer ``select`` cannot see), so a broker that never announces
+fails the case instead of hanging the run. The AMQP line is looked for only by whoever
+asks (`BrokerProcess.wait_for_amqp`): when the broker prints none, the absence shows as
+silence after the other lines, and waiting for it costs `AMQP_ANNOUNCE_WAIT_S`.
+
 `ExternalBroker` is any Kafka-compatible broker at ``--bootstrap``. We cannot start or
 stop it, so start-up figures are not measured, and its CPU and memory are known only if
 its process id is given (``--broker-pid``; it must run on this machine).
@@ -59,6 +68,11 @@ from typing import Protocol
 
 ANNOUNCEMENT = "weirmq: accepting Kafka connections on "
 ADMIN_ANNOUNCEMENT = "weirmq: admin API and metrics on "
+AMQP_ANNOUNCEMENT = "weirmq: accepting AMQP connections on "
+ANNOUNCEMENTS = {"kafka": ANNOUNCEMENT, "admin": ADMIN_ANNOUNCEMENT, "amqp": AMQP_ANNOUNCEMENT}
+ANNOUNCE_TIMEOUT_S = 60.0  # spawn to the Kafka line (~0.15-0.5 s here; recovery takes longer)
+AMQP_ANNOUNCE_WAIT_S = 2.0  # after the other lines: every line is printed at the same moment
+ANNOUNCE_LINE_BYTES_MAX = 4096  # a longer line without a newline is not an announcement
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 SAMPLE_INTERVAL_S = 0.05
@@ -78,6 +92,70 @@ def process_rss_bytes(pid: int) -> int:
     """Resident memory of process `pid` now."""
     # /proc/PID/statm: size resident shared text lib data dt, in pages.
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_BYTES
+
+
+# --- What the broker announces ----------------------------------------------------------------
+
+
+def parse_announcement(line: str) -> tuple[str, str] | None:
+    """``("kafka" | "admin" | "amqp", address)`` for an announcement line, else None.
+
+    The address is the first word after the prefix (a remark after it is ignored):
+    ``HOST:PORT`` (``[v6]:PORT``) for the listeners, the base URL without a trailing slash
+    for the admin API.
+    """
+    for kind, prefix in ANNOUNCEMENTS.items():
+        if line.startswith(prefix):
+            words = line.removeprefix(prefix).split()
+            if not words:
+                return None
+            return kind, words[0].rstrip("/") if kind == "admin" else words[0]
+    return None
+
+
+class AnnouncementReader:
+    """Complete lines out of bytes read from the broker's stdout, and their announcements.
+
+    `feed` takes whatever `os.read` returned and gives back the lines it completed (a
+    line may arrive in pieces); `found` keeps the first address of each kind seen. A
+    line longer than `ANNOUNCE_LINE_BYTES_MAX` cannot be one: it is dropped up to its
+    newline, so memory stays bounded and its tail is not taken for a line of its own.
+    """
+
+    def __init__(self) -> None:
+        self.found: dict[str, str] = {}
+        self.lines: list[str] = []  # every complete line so far, for error messages
+        self._partial = b""
+        self._dropping = False  # inside an overlong line, until its newline
+
+    def feed(self, data: bytes) -> list[str]:
+        *complete, partial = (self._partial + data).split(b"\n")
+        if self._dropping and complete:  # the overlong line ends in this piece
+            complete.pop(0)
+            self._dropping = False
+        self._partial = b"" if self._dropping else partial
+        if len(self._partial) > ANNOUNCE_LINE_BYTES_MAX:
+            self._partial, self._dropping = b"", True
+        lines = [raw.decode("utf-8", "replace") for raw in complete]
+        self.lines += lines
+        for line in lines:
+            parsed = parse_announcement(line)
+            if parsed is not None:
+                self.found.setdefault(*parsed)
+        return lines
+
+    def read_until(self, fd: int, kinds: Sequence[str], deadline: float) -> bool:
+        """Read `fd` until every kind in `kinds` is found (True), or until end of file or
+        `deadline` (a ``time.monotonic()`` value) comes first (False)."""
+        while not all(kind in self.found for kind in kinds):
+            wait_s = deadline - time.monotonic()
+            if wait_s <= 0 or not select.select([fd], [], [], wait_s)[0]:
+                return False
+            data = os.read(fd, 65536)
+            if not data:
+                return False
+            self.feed(data)
+        return True
 
 
 # --- The broker's metrics ---------------------------------------------------------------------
@@ -282,6 +360,20 @@ class Target(Protocol):
     def stop(self) -> None: ...
 
 
+AMQP_LISTEN_SETTING = "amqp_listen"
+
+
+def amqp_listen_env() -> dict[str, str]:
+    """The AMQP listener on a free loopback port, as the admin API's, if this build has
+    the setting: its default (5672) would clash with any other broker on the machine, a
+    RabbitMQ among them. Empty for a build without it (an unknown ``WEIRMQ_`` variable
+    stops the broker from starting)."""
+    from weirmq.settings import SPECS_BY_NAME
+
+    spec = SPECS_BY_NAME.get(AMQP_LISTEN_SETTING)
+    return {} if spec is None else {spec.env_var: "127.0.0.1:0"}
+
+
 class BrokerProcess:
     """``weirmq serve`` as a subprocess with a fresh data directory under `work`."""
 
@@ -296,6 +388,7 @@ class BrokerProcess:
             for k, v in os.environ.items()
             if not k.startswith("WEIRMQ_") and k != "PYTHONDONTWRITEBYTECODE"
         }
+        env.update(amqp_listen_env())
         env.update(settings_env or {})
         self.started = time.perf_counter()
         with self.log_path.open("w") as log:
@@ -303,33 +396,47 @@ class BrokerProcess:
                 [sys.executable, "-m", "weirmq", "serve", "--listen", "127.0.0.1:0",
                  "--admin-listen", "127.0.0.1:0",
                  "--data-dir", str(self.data_dir), "--log-level", "warning"],
-                stdout=subprocess.PIPE, stderr=log, env=env, text=True,
+                stdout=subprocess.PIPE, stderr=log, env=env,
             )
         assert self.process.stdout is not None
-        line = self.process.stdout.readline()  # the broker announces within a second or two
+        self._stdout_fd = self.process.stdout.fileno()
+        self._announced = AnnouncementReader()
+        deadline = time.monotonic() + ANNOUNCE_TIMEOUT_S
+        if not self._announced.read_until(self._stdout_fd, ["kafka"], deadline):
+            lines, tail = self._announced.lines, self.log_tail()
+            self.stop()
+            raise RuntimeError(f"broker did not announce its Kafka listener within "
+                               f"{ANNOUNCE_TIMEOUT_S:.0f} s: {lines!r}\n{tail}")
         self.announced_s = time.perf_counter() - self.started
-        if not line.startswith(ANNOUNCEMENT):
-            self.process.kill()
-            self.process.wait(STOP_TIMEOUT_S)
-            raise RuntimeError(f"broker did not start: {line!r}\n{self.log_tail()}")
-        self.bootstrap = line.removeprefix(ANNOUNCEMENT).strip()
+        self.bootstrap = self._announced.found["kafka"]
         self.pid: int | None = self.process.pid
         self.admin_url: str | None = None
         """The admin API's base URL ("http://host:port"), once it is up."""
         if settle:
-            self._wait_for_admin()
+            self._wait_for_admin(deadline)
 
-    def _wait_for_admin(self) -> None:
-        """Return once the admin API's port is open too (its line comes right after the
-        Kafka one; the API itself loads on its first connection), or the process has ended
-        and the read returns at EOF."""
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith(ADMIN_ANNOUNCEMENT):
-            tail = self.log_tail()
+    def _wait_for_admin(self, deadline: float) -> None:
+        """Return once the admin API's port is open too (its line comes with the Kafka
+        one; the API itself loads on its first connection)."""
+        if not self._announced.read_until(self._stdout_fd, ["admin"], deadline):
+            lines, tail = self._announced.lines, self.log_tail()
             self.stop()
-            raise RuntimeError(f"broker's admin API did not start: {line!r}\n{tail}")
-        self.admin_url = line.removeprefix(ADMIN_ANNOUNCEMENT).strip().rstrip("/")
+            raise RuntimeError(f"broker's admin API did not start: {lines!r}\n{tail}")
+        self.admin_url = self._announced.found["admin"]
+
+    @property
+    def amqp_address(self) -> str | None:
+        """``HOST:PORT`` of the AMQP listener, if the broker has announced one so far."""
+        return self._announced.found.get("amqp")
+
+    def wait_for_amqp(self, timeout_s: float = AMQP_ANNOUNCE_WAIT_S) -> str | None:
+        """The AMQP listener's ``HOST:PORT``, or None if the broker announces none.
+
+        Its line comes with the others, so a broker that has printed them and then nothing
+        for `timeout_s` has no AMQP listener.
+        """
+        self._announced.read_until(self._stdout_fd, ["amqp"], time.monotonic() + timeout_s)
+        return self.amqp_address
 
     def window(self, metrics: bool = False) -> Window:
         return Window(self.pid, self.admin_url if metrics else None)

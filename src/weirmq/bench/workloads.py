@@ -41,12 +41,15 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from weirmq.bench import amqp as amqp_load
 from weirmq.bench import rebalance, report
+from weirmq.bench.rabbitmq import RabbitMQNotInstalled, RabbitNode
 from weirmq.bench.target import (
     BrokerProcess,
     ExternalBroker,
     Target,
     Window,
+    amqp_listen_env,
     histogram_quantile,
     process_rss_bytes,
 )
@@ -1010,6 +1013,94 @@ def share(run: Run) -> dict[str, Any]:
     }
 
 
+class _Skip(Exception):
+    """A server this run cannot measure, and why (not a failure)."""
+
+
+def _measure_weirmq(run: Run, amounts: amqp_load.Plan) -> dict[str, dict[str, Any]]:
+    if run.bootstrap is not None:
+        raise _Skip("the broker is external (--bootstrap): its AMQP address is not known")
+    broker = BrokerProcess(run.work)  # its AMQP listener on a free port (amqp_listen_env)
+    try:
+        address = broker.wait_for_amqp()
+        if address is None:
+            setting = ("amqp_listen=127.0.0.1:0" if amqp_listen_env()
+                       else "this build has no amqp_listen setting")
+            raise RuntimeError("no AMQP listener: the broker announced no 'weirmq: "
+                               f"accepting AMQP connections on' line ({setting})")
+        run.log(f"    WeirMQ: AMQP on {address}, started in {broker.announced_s:.2f} s")
+        figures = amqp_load.measure_server(amqp_load.amqp_url(address), broker.pid,
+                                           broker.check_alive, amounts)
+    finally:
+        broker.stop()
+    return figures
+
+
+def _measure_rabbitmq(run: Run, amounts: amqp_load.Plan) -> dict[str, dict[str, Any]]:
+    try:
+        node = RabbitNode(run.work).start()
+    except RabbitMQNotInstalled as exc:
+        raise _Skip(str(exc)) from exc
+    try:
+        run.log(f"    RabbitMQ: {node.host}:{node.port}, started in {node.started_s:.2f} s")
+        return amqp_load.measure_server(node.url, node.pid, node.check_alive, amounts)
+    finally:
+        node.stop()
+
+
+def amqp(run: Run) -> dict[str, Any]:
+    """AMQP 0-9-1, WeirMQ against RabbitMQ with one pika load (see `weirmq.bench.amqp`).
+
+    Each round starts each server afresh (WeirMQ with its AMQP listener on a free port, a
+    private RabbitMQ node) and runs the three measurements on it; the servers alternate
+    which goes first from round to round. A server that fails is not run again.
+    """
+    import importlib.util
+
+    amounts = amqp_load.plan(run.quick)
+    repeats = 1 if run.quick else 3
+    runs: dict[str, list[dict[str, dict[str, Any]]]] = {s: [] for s in amqp_load.SERVERS}
+    failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    if importlib.util.find_spec("pika") is None:
+        failed = dict.fromkeys(amqp_load.SERVERS, "pika is not installed: pip install "
+                                                  "'weirmq[bench]'")
+    measure = {amqp_load.WEIRMQ: _measure_weirmq, amqp_load.RABBITMQ: _measure_rabbitmq}
+    for repeat in range(repeats):
+        for server in amqp_load.server_order(repeat):
+            if server in failed or server in skipped:
+                continue
+            run.log(f"  {server}, round {repeat + 1} of {repeats} ...")
+            try:
+                runs[server].append(measure[server](run, amounts))
+            except _Skip as exc:
+                skipped[server] = str(exc)
+                run.log(f"  {server}: skipped: {exc}")
+            except Exception as exc:
+                failed[server] = f"{type(exc).__name__}: {exc}"
+                run.log(f"  {server}: FAILED: {failed[server]}")
+    cases = amqp_load.summarise(runs, failed, skipped)
+    for case in cases:
+        if "error" not in case and "skipped" not in case:
+            case["limit"] = limit(case["broker_cpu_percent"], case["client_cpu_percent"],
+                                  run.cores)
+    return {
+        "description": f"pika (one client process) against WeirMQ and RabbitMQ, 1 KB "
+                       f"persistent messages into a durable queue: {amounts.each_messages:,} "
+                       "published waiting for each confirm (BlockingConnection); "
+                       f"{amounts.window_messages:,} published with up to {amqp_load.WINDOW} "
+                       "unconfirmed (SelectConnection), then consumed with "
+                       f"prefetch {amqp_load.PREFETCH} and a basic_ack each; median of "
+                       f"{repeats} round(s), servers alternating; '÷ RabbitMQ': WeirMQ's "
+                       "median ÷ RabbitMQ's",
+        "params": {"repeats": repeats, "each_messages": amounts.each_messages,
+                   "window_messages": amounts.window_messages,
+                   "value_bytes": amqp_load.VALUE_BYTES, "window": amqp_load.WINDOW,
+                   "prefetch": amqp_load.PREFETCH},
+        "cases": cases,
+    }
+
+
 WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "startup": startup,
     "idle": idle,
@@ -1023,4 +1114,5 @@ WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "rebalance": rebalances,
     "delay": delay,
     "share": share,
+    "amqp": amqp,
 }
