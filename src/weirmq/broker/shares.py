@@ -53,7 +53,7 @@ import heapq
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Container, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -65,6 +65,7 @@ from ..queues import (
     AckType,
     AcquiredRange,
     DeadLetter,
+    DeadLetterReason,
     RecordState,
     ShareConfig,
     ShareError,
@@ -125,9 +126,22 @@ INITIAL_EPOCH: Final = 0
 FINAL_EPOCH: Final = -1
 
 
-__all__ = ["AckBatch", "AckType", "ShareConfig", "ShareService", "ShareSessionError"]
+__all__ = [
+    "AckBatch",
+    "AckType",
+    "DeadLetter",
+    "DeadLetterHandler",
+    "DeadLetterReason",
+    "ShareConfig",
+    "ShareService",
+    "ShareSessionError",
+]
 # AckType and ShareConfig are re-exported for the protocol adapters, which reach the queue
 # engine only through the broker.
+
+
+DeadLetterHandler = Callable[[Sequence[tuple[DeadLetter, Record | None]]], None]
+"""Given a step's dead letters with their records (see `set_dead_letter_handler`)."""
 
 
 class ShareKey(NamedTuple):
@@ -260,6 +274,9 @@ class ShareService(ShareListener):
         self._timer_at: int | None = None
         self._live_bytes = 0
         self._compacting = False
+        self._dead_letter_handlers: dict[str, DeadLetterHandler] = {}
+        """Per group backing a named queue whose dead letters its protocol routes (AMQP's
+        dead-letter exchange), instead of the group's dead-letter topic."""
         self._queue_configs: dict[str, ShareConfig] = {}
         """Per group backing a protocol's named queue (an AMQP queue): its `ShareConfig`
         comes from the queue's own arguments, not from group configs."""
@@ -368,6 +385,25 @@ class ShareService(ShareListener):
         for _key, entry in self._group_states(group_id):
             entry.partition.config = config
 
+    def set_dead_letter_handler(self, group_id: str, handler: DeadLetterHandler | None) -> None:
+        """Route the group's dead letters (rejects, the delivery limit) through `handler`,
+        given each letter with its record (None when the log no longer has it)."""
+        if handler is None:
+            self._dead_letter_handlers.pop(group_id, None)
+        else:
+            self._dead_letter_handlers[group_id] = handler
+
+    def read_records(
+        self, topic_id: uuid.UUID, index: int, offsets: Sequence[int]
+    ) -> list[tuple[int, Record | None]]:
+        """The records at these offsets (ascending) of a partition; None for one the log
+        no longer has."""
+        topic = self._broker.topics.by_id(topic_id)
+        source = None if topic is None else self._broker.partition(topic.name, index)
+        if source is None or not offsets:
+            return [(offset, None) for offset in offsets]
+        return list(_read_records(source, offsets))
+
     def acquire_one(
         self,
         group_id: str,
@@ -428,17 +464,54 @@ class ShareService(ShareListener):
         entry = self._states.get(ShareKey(group_id, topic_id, index))
         return None if entry is None else entry.partition.start_offset
 
-    def purge(self, group_id: str, topic_id: uuid.UUID, index: int, now_ms: int) -> int:
-        """Drop every ready record of one queue (AMQP's queue.purge): acquired records stay
-        with their holders. Returns how many were dropped."""
+    def purge(
+        self,
+        group_id: str,
+        topic_id: uuid.UUID,
+        index: int,
+        now_ms: int,
+        *,
+        below: int | None = None,
+        offsets: Sequence[int] | None = None,
+    ) -> int:
+        """Drop ready records of one queue, never dead-lettered: all of them (AMQP's
+        queue.purge), those below `below`, or only those in `offsets` (expired or over a
+        length limit: their protocol dead-letters them first). Acquired records stay with
+        their holders. Returns how many were dropped."""
         key = ShareKey(group_id, topic_id, index)
         found = self._state(key, now_ms)
         if found is None:
             return 0
         entry, partition = found
-        result = entry.partition.purge(partition.high_watermark, now_ms)
+        end = partition.high_watermark if below is None else min(below, partition.high_watermark)
+        result = entry.partition.purge(end, now_ms, offsets)
         self._after_step(key, entry, result.delta, ())
         return result.count
+
+    def ready_offsets(
+        self, group_id: str, topic_id: uuid.UUID, index: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """The first ready (available now) offset ranges of a queue, in order, covering at
+        most about `limit` offsets: (first, last) each, the last one open to the high
+        watermark."""
+        key = ShareKey(group_id, topic_id, index)
+        now = self._broker.clock()
+        found = self._state(key, now)
+        if found is None:
+            return []
+        entry, partition = found
+        share_partition = entry.partition
+        ranges: list[tuple[int, int]] = []
+        covered = 0
+        for run in share_partition.ranges():
+            if covered >= limit:
+                return ranges
+            if run.state is RecordState.AVAILABLE and run.deadline_ms <= now:
+                ranges.append((run.first_offset, run.last_offset))
+                covered += run.last_offset - run.first_offset + 1
+        if share_partition.end_offset < partition.high_watermark and covered < limit:
+            ranges.append((share_partition.end_offset, partition.high_watermark - 1))
+        return ranges
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -827,6 +900,17 @@ class ShareService(ShareListener):
     ) -> None:
         entry.stats.dead_lettered += len(dead_letters)
         broker = self._broker
+        handler = self._dead_letter_handlers.get(key.group_id)
+        if handler is not None:
+            letters = sorted(dead_letters, key=lambda letter: letter.offset)
+            offsets = [letter.offset for letter in letters]
+            found = self.read_records(key.topic_id, key.partition, offsets)
+            pairs = [(letter, record) for letter, (_, record) in zip(letters, found, strict=True)]
+            try:
+                handler(pairs)
+            except Exception:
+                log.exception("share group %r: dead letters not handled", key.group_id)
+            return
         topic_name = self.configs.dead_letter_topic(key.group_id)
         source_topic = broker.topics.by_id(key.topic_id)
         if not topic_name or source_topic is None:

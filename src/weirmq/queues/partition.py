@@ -52,7 +52,7 @@ The state machine of one record is the table in states.py.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import groupby, pairwise
 
@@ -338,26 +338,46 @@ class SharePartition:
             self._drop_below_start()
         return Outcome(*self._finish())
 
-    def purge(self, log_end_offset: int, now_ms: int) -> PurgeResult:
-        """Archive every available record below `log_end_offset`, in the window and fresh
-        (AMQP's queue.purge drops the ready messages); acquired records stay with their
-        holders. Never dead-lettered."""
+    def purge(
+        self, log_end_offset: int, now_ms: int, offsets: Sequence[int] | None = None
+    ) -> PurgeResult:
+        """Archive the available records below `log_end_offset`, in the window and fresh
+        (AMQP's queue.purge drops the ready messages), or only those of them in `offsets`
+        (ascending: expired, or over a length limit); acquired records stay with their
+        holders. Never dead-lettered: a caller that dead-letters them does it first."""
         self._begin(now_ms)
+        if offsets is None:
+            spans = [(self._start, log_end_offset - 1)] if log_end_offset > self._start else []
+        else:
+            spans = list(_consecutive(o for o in offsets if self._start <= o < log_end_offset))
         count = 0
-        available = [
-            (run.first_offset, run.last_offset) for run in self._runs if run.state is AVAILABLE
-        ]
-        for first, last in available:
-            self._apply(first, last, Event.PURGE, now_ms)
-            count += last - first + 1
-        end = self.end_offset
-        if log_end_offset > end:
-            self._runs.append(InFlightRange(end, log_end_offset - 1, ARCHIVED, 0))
-            self._touched.append((end, log_end_offset - 1))
-            count += log_end_offset - end
+        for first, last in spans:
+            count += self._purge_span(first, last, now_ms)
         delta, dead = self._finish()
         assert not dead
         return PurgeResult(delta, count)
+
+    def _purge_span(self, first: int, last: int, now_ms: int) -> int:
+        count = 0
+        end = self.end_offset
+        if first < end:
+            upto = min(last, end - 1)
+            available = [
+                (max(run.first_offset, first), min(run.last_offset, upto))
+                for run in self._overlapping(first, upto)
+                if run.state is AVAILABLE
+            ]
+            for one, two in available:
+                self._apply(one, two, Event.PURGE, now_ms)
+                count += two - one + 1
+        if last >= end:
+            fresh = max(first, end)
+            if fresh > end:  # never-acquired records before the span stay available
+                self._runs.append(InFlightRange(end, fresh - 1, AVAILABLE, 0))
+            self._runs.append(InFlightRange(fresh, last, ARCHIVED, 0))
+            self._touched.append((fresh, last))
+            count += last - fresh + 1
+        return count
 
     def expire(self, now_ms: int) -> Outcome:
         """Time out the locks due at `now_ms`, and end the retry backoffs due."""
@@ -652,6 +672,20 @@ def _merge_acquired(ranges: list[AcquiredRange]) -> tuple[AcquiredRange, ...]:
         else:
             merged.append(r)
     return tuple(merged)
+
+
+def _consecutive(offsets: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """Ascending offsets as (first, last) runs of consecutive ones."""
+    first = last = -2
+    for offset in offsets:
+        if offset == last + 1:
+            last = offset
+            continue
+        if first >= 0:
+            yield first, last
+        first = last = offset
+    if first >= 0:
+        yield first, last
 
 
 def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

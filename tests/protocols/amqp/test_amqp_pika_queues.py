@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,9 +248,24 @@ def test_mandatory_unroutable_is_returned(channel: Any) -> None:
         (lambda ch: ch.exchange_declare("", "direct"), 403, "default exchange"),
         (lambda ch: ch.queue_bind("missing", "amq.direct"), 404, "no queue 'missing'"),
         (
-            lambda ch: ch.queue_declare("ttl", arguments={"x-message-ttl": 1000}),
+            lambda ch: ch.queue_declare("big", arguments={"x-max-length-bytes": 1000}),
             406,
             "not supported by WeirMQ yet",
+        ),
+        (
+            lambda ch: ch.queue_declare("neg", arguments={"x-message-ttl": -1}),
+            406,
+            "invalid arg 'x-message-ttl' for queue 'neg' in vhost '/': {value_negative,-1}",
+        ),
+        (
+            lambda ch: ch.queue_declare("over", arguments={"x-overflow": "spill"}),
+            406,
+            "invalid arg 'x-overflow'",
+        ),
+        (
+            lambda ch: ch.queue_declare("dlrk", arguments={"x-dead-letter-routing-key": "k"}),
+            406,
+            "should be specified together with x-dead-letter-exchange",
         ),
     ],
 )
@@ -360,3 +376,142 @@ def test_definitions_and_messages_survive_a_restart(tmp_path: Path) -> None:
             channel.queue_declare("transient-q", passive=True)
         assert gone.value.reply_code == 404
         connection.close()
+
+
+def _eventually(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
+    """Poll `check` until it returns something truthy (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.05)
+
+
+def test_dead_letter_headers(channel: Any) -> None:
+    channel.exchange_declare("dlx2", "fanout")
+    channel.queue_declare("dlq2")
+    channel.queue_bind("dlq2", "dlx2")
+    channel.queue_declare("work2", arguments={"x-dead-letter-exchange": "dlx2"})
+    channel.basic_publish("", "work2", b"bad", pika.BasicProperties(headers={"k": "v"}))
+    method, _, _ = channel.basic_get("work2")
+    channel.basic_nack(method.delivery_tag, requeue=False)
+    method, properties, body = channel.basic_get("dlq2", auto_ack=True)
+    assert body == b"bad"
+    assert method.exchange == "dlx2" and method.routing_key == "work2"
+    headers = properties.headers
+    assert headers["k"] == "v"
+    (death,) = headers["x-death"]
+    assert death["count"] == 1
+    assert death["reason"] == "rejected"
+    assert death["queue"] == "work2"
+    assert death["exchange"] == ""
+    assert death["routing-keys"] == ["work2"]
+    assert headers["x-first-death-reason"] == "rejected"
+    assert headers["x-first-death-queue"] == "work2"
+    assert headers["x-first-death-exchange"] == ""
+    assert channel.basic_get("work2") == (None, None, None)
+
+
+def test_ttl_expires_messages_without_a_consumer_to_the_dead_letter_exchange(
+    channel: Any,
+) -> None:
+    # What Celery's delayed delivery and every retry-with-delay pattern rely on.
+    channel.queue_declare("later")
+    channel.queue_declare(
+        "wait",
+        arguments={
+            "x-message-ttl": 200,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "later",
+        },
+    )
+    channel.basic_publish("", "wait", b"due soon")
+    got = _eventually(lambda: channel.basic_get("later", auto_ack=True)[2])
+    assert got == b"due soon"
+    assert channel.queue_declare("wait", passive=True).method.message_count == 0
+
+
+def test_per_message_expiration_is_never_delivered(channel: Any) -> None:
+    channel.queue_declare("short")
+    channel.basic_publish("", "short", b"stale", pika.BasicProperties(expiration="50"))
+    channel.basic_publish("", "short", b"fresh")
+    time.sleep(0.2)  # the message's own TTL has to pass: this is the behaviour under test
+    assert channel.basic_get("short", auto_ack=True)[2] == b"fresh"
+    assert channel.basic_get("short") == (None, None, None)
+
+
+def test_max_length_drop_head_dead_letters_the_oldest(channel: Any) -> None:
+    channel.queue_declare("dropped")
+    channel.queue_declare(
+        "bounded",
+        arguments={
+            "x-max-length": 2,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "dropped",
+        },
+    )
+    channel.confirm_delivery()
+    for i in range(5):
+        channel.basic_publish("", "bounded", b"%d" % i)
+    assert _eventually(
+        lambda: channel.queue_declare("bounded", passive=True).method.message_count == 2
+    )
+    assert [channel.basic_get("bounded", auto_ack=True)[2] for _ in range(2)] == [b"3", b"4"]
+    dead = [channel.basic_get("dropped", auto_ack=True) for _ in range(3)]
+    assert [body for _, _, body in dead] == [b"0", b"1", b"2"]
+    assert dead[0][1].headers["x-death"][0]["reason"] == "maxlen"
+
+
+def test_max_length_reject_publish_nacks_the_publisher(channel: Any) -> None:
+    channel.queue_declare("full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    channel.confirm_delivery()
+    channel.basic_publish("", "full", b"first")
+    with pytest.raises(pika.exceptions.NackError):
+        channel.basic_publish("", "full", b"second")
+    assert _eventually(
+        lambda: channel.queue_declare("full", passive=True).method.message_count == 1
+    )
+    assert channel.basic_get("full", auto_ack=True)[2] == b"first"
+    assert channel.basic_get("full") == (None, None, None)
+
+
+def test_delivery_limit_dead_letters_after_the_last_redelivery(channel: Any) -> None:
+    channel.queue_declare("poison-dlq")
+    channel.queue_declare(
+        "poison",
+        arguments={
+            "x-queue-type": "quorum",
+            "x-delivery-limit": 1,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "poison-dlq",
+        },
+    )
+    channel.basic_publish("", "poison", b"boom")
+    deliveries = 0
+    while True:
+        method, _, _ = channel.basic_get("poison")
+        if method is None:
+            break
+        deliveries += 1
+        channel.basic_nack(method.delivery_tag, requeue=True)
+        assert deliveries <= 5
+    assert deliveries == 2  # delivered, returned once (the limit), delivered, gone
+    _, properties, body = channel.basic_get("poison-dlq", auto_ack=True)
+    assert body == b"boom"
+    assert properties.headers["x-death"][0]["reason"] == "delivery_limit"
+
+
+def test_unused_queue_expires(channel: Any) -> None:
+    channel.queue_declare("ephemeral", arguments={"x-expires": 200})
+    channel.confirm_delivery()
+
+    def gone() -> bool:
+        # A publish is not a use (a declare or a get would renew the queue's lease).
+        try:
+            channel.basic_publish("", "ephemeral", b"ping", mandatory=True)
+        except pika.exceptions.UnroutableError:
+            return True
+        return False
+
+    assert _eventually(gone)

@@ -56,8 +56,9 @@ from pamqp import commands
 from ...broker.partition import Durability, Partition, wait_any
 from ...broker.shares import AckType
 from ...errors import KafkaError
-from ...records.batch import parse_header
+from ...records.batch import Record, parse_header
 from ...records.codec import read_records
+from .deadletter import dead_letter
 from .errors import AmqpError, ReplyCode
 from .framing import Outbound, encode
 from .mapping import content_header_frame, delivery_content
@@ -238,6 +239,69 @@ class QueueDispatcher:
         return delivered
 
 
+class QueueUpkeep:
+    """What a queue does without a consumer: expire messages past their TTL, keep within
+    its length limit, delete itself when unused for `x-expires`. One task per queue that
+    has any of them, woken by appends to the queue, releases and its own deadlines."""
+
+    def __init__(self, backend: AmqpBackend, queue: QueueDef) -> None:
+        self._backend = backend
+        self.queue = queue
+        self._kicked: asyncio.Future[None] | None = None
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def kick(self) -> None:
+        kicked = self._kicked
+        if kicked is not None and not kicked.done():
+            kicked.set_result(None)
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._kicked = waiter
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
+        if self._kicked is waiter:
+            self._kicked = None
+
+    async def _run(self) -> None:
+        backend, queue = self._backend, self.queue
+        broker, model = backend.broker, backend.model
+        try:
+            while model.is_declared(queue) and not broker.closing:
+                now = broker.clock()
+                due: int | None = None
+                if queue.message_ttl_ms is not None:
+                    due = model.expire(queue, now)
+                model.enforce_length(queue, now)
+                expires = queue.expires_ms
+                if expires is not None and queue.consumers <= 0:
+                    unused_until = queue.last_used_ms + expires
+                    if unused_until <= now:
+                        backend.delete_queue(queue)
+                        return
+                    due = unused_until if due is None else min(due, unused_until)
+                if due is not None and due <= now:
+                    await asyncio.sleep(0)
+                    continue
+                partition = broker.partition(queue.topic, 0)
+                if partition is None:
+                    return
+                sources = [partition, broker.shares.wakeup(queue.group_id), self]
+                deadline = now + IDLE_WAIT_MS if due is None else due
+                waited = wait_any(sources, deadline, broker.timers, broker.clock)
+                if waited is not None:
+                    await waited
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("upkeep of %s failed", queue.label())
+        finally:
+            if backend.upkeeps.get(queue.topic) is self:
+                del backend.upkeeps[queue.topic]
+
+
 class AmqpBackend:
     """The broker behind an AMQP listener; see the module docstring."""
 
@@ -247,9 +311,42 @@ class AmqpBackend:
         self.dispatchers: dict[str, QueueDispatcher] = {}
         """By queue topic."""
         self.connections: set[ClientConnection] = set()
+        self.upkeeps: dict[str, QueueUpkeep] = {}
+        """By queue topic: the queues with TTLs, length limits or expiry."""
         self._serial = itertools.count(1)
+        self._started = False
+
+    def _start(self) -> None:
+        """Start the upkeep of the queues found on start (once a loop runs)."""
+        if not self._started:
+            self._started = True
+            for queue in self.model.queues():
+                self.upkeep(queue)
+
+    def upkeep(self, queue: QueueDef) -> None:
+        """Make sure a queue that needs upkeep has it, and look at it now."""
+        if not queue.needs_upkeep:
+            return
+        found = self.upkeeps.get(queue.topic)
+        if found is None or found.queue is not queue:
+            if found is not None:
+                found.stop()
+            found = self.upkeeps[queue.topic] = QueueUpkeep(self, queue)
+        found.kick()
+
+    def delete_queue(self, queue: QueueDef) -> int:
+        """Delete `queue`: its consumers are cancelled, deliveries of it forgotten."""
+        self.queue_deleted(queue)
+        for connection in self.connections:
+            for context in connection.channels.values():
+                for tag in [t for t, p in context.unacked.items() if p.queue is queue]:
+                    pending = context.unacked.pop(tag)
+                    if pending.consumer is not None:
+                        pending.consumer.unacked -= 1
+        return self.model.delete_queue(queue)
 
     def connect(self, sender: Sender) -> ClientConnection:
+        self._start()
         connection = ClientConnection(self, sender, next(self._serial))
         self.connections.add(connection)
         return connection
@@ -279,7 +376,12 @@ class AmqpBackend:
             return False
         frames: list[bytes] = []
         offsets: list[int] = []
-        for offset, delivery_count, headers, value in _acquired_messages(acquired):
+        expired: list[tuple[int, Record]] = []
+        for offset, delivery_count, record in _acquired_messages(acquired):
+            if self.model.expired(queue, record, now):
+                expired.append((offset, record))
+                continue
+            headers, value = record.headers, record.value
             tag = channel.next_tag
             channel.next_tag += 1
             exchange, routing_key, properties = delivery_content(headers)
@@ -305,9 +407,19 @@ class AmqpBackend:
                 consumer.unacked += 1
         if offsets:
             self.settle(queue, channel.member_id, offsets, AckType.ACCEPT)
+        if expired:
+            self.expire_acquired(queue, channel.member_id, expired, now)
         if frames:
             channel.connection.sender.send(b"".join(frames), "deliver")
         return True
+
+    def expire_acquired(
+        self, queue: QueueDef, member_id: str, expired: list[tuple[int, Record]], now_ms: int
+    ) -> None:
+        """Messages acquired for a consumer that turned out expired: dead-lettered and
+        settled instead of delivered (RabbitMQ never delivers an expired message)."""
+        dead_letter(self.model, queue, [("expired", record) for _, record in expired], now_ms)
+        self.settle(queue, member_id, [offset for offset, _ in expired], AckType.ACCEPT)
 
     def settle(self, queue: QueueDef, member_id: str, offsets: list[int], ack: AckType) -> None:
         """Acknowledge (accept, release, reject) `offsets` of `queue` held by `member_id`."""
@@ -323,6 +435,9 @@ class AmqpBackend:
     def queue_deleted(self, queue: QueueDef) -> None:
         """Cancel every consumer of a deleted queue (server-sent Basic.Cancel to clients
         that announced `consumer_cancel_notify`, as RabbitMQ does)."""
+        upkeep = self.upkeeps.pop(queue.topic, None)
+        if upkeep is not None:
+            upkeep.stop()
         dispatcher = self.dispatchers.pop(queue.topic, None)
         if dispatcher is None:
             return
@@ -349,6 +464,9 @@ class AmqpBackend:
         for dispatcher in self.dispatchers.values():
             dispatcher.stop()
         self.dispatchers.clear()
+        for upkeep in self.upkeeps.values():
+            upkeep.stop()
+        self.upkeeps.clear()
 
 
 class ClientConnection(MethodTable):
@@ -438,6 +556,10 @@ class ClientConnection(MethodTable):
                 dispatcher.stop()
                 backend.dispatchers.pop(queue.topic, None)
         queue.consumers -= 1
+        queue.last_used_ms = self._broker.clock()
+        upkeep = backend.upkeeps.get(queue.topic)
+        if upkeep is not None:
+            upkeep.kick()
         still_declared = self._model.queue(queue.vhost, queue.name) is queue
         if queue.auto_delete and queue.consumers <= 0 and queue.had_consumers and still_declared:
             self._delete_queue(queue)
@@ -494,8 +616,10 @@ class ClientConnection(MethodTable):
         method = call.method
         assert isinstance(method, commands.Queue.Declare)
         queue, ready = self._model.declare_queue(call.connection.vhost, method, self)
+        queue.last_used_ms = call.now_ms
         if queue.exclusive and queue.owner is self and queue not in self.exclusive_queues:
             self.exclusive_queues.append(queue)
+        self.backend.upkeep(queue)
         if method.nowait:
             return ()
         return (
@@ -542,12 +666,7 @@ class ClientConnection(MethodTable):
         return () if method.nowait else (commands.Queue.DeleteOk(message_count=count),)
 
     def _delete_queue(self, queue: QueueDef) -> int:
-        self.backend.queue_deleted(queue)
-        for connection in self.backend.connections:
-            for context in connection.channels.values():
-                for tag in [t for t, p in context.unacked.items() if p.queue is queue]:
-                    del context.unacked[tag]
-        return self._model.delete_queue(queue)
+        return self.backend.delete_queue(queue)
 
     # --- basic: consuming ----------------------------------------------------------------
 
@@ -555,9 +674,7 @@ class ClientConnection(MethodTable):
         method = call.method
         assert isinstance(method, commands.Basic.Qos)
         if method.prefetch_size:
-            raise AmqpError(
-                ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})"
-            )
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
         context = self._channel(call)
         if method.global_:
             context.global_prefetch = method.prefetch_count
@@ -584,6 +701,7 @@ class ClientConnection(MethodTable):
         context.consumers[tag] = consumer
         queue.consumers += 1
         queue.had_consumers = True
+        queue.last_used_ms = call.now_ms
         # Deliveries start on the next turn of the loop: after ConsumeOk is written.
         dispatcher.add(consumer)
         return () if method.nowait else (commands.Basic.ConsumeOk(consumer_tag=tag),)
@@ -603,13 +721,25 @@ class ClientConnection(MethodTable):
         context = self._channel(call)
         queue = self._model.required_queue(call.connection.vhost, method.queue, self)
         broker = self._broker
-        acquired = broker.shares.acquire_one(
-            queue.group_id, context.member_id, queue.topic_id, 0, 1, DELIVER_BYTES_MAX, call.now_ms
-        )
-        messages = [] if acquired is None else list(_acquired_messages(acquired))
-        if not messages:
-            return (commands.Basic.GetEmpty(),)
-        offset, delivery_count, headers, value = messages[0]
+        queue.last_used_ms = call.now_ms
+        while True:
+            acquired = broker.shares.acquire_one(
+                queue.group_id,
+                context.member_id,
+                queue.topic_id,
+                0,
+                1,
+                DELIVER_BYTES_MAX,
+                call.now_ms,
+            )
+            messages = [] if acquired is None else list(_acquired_messages(acquired))
+            if not messages:
+                return (commands.Basic.GetEmpty(),)
+            offset, delivery_count, record = messages[0]
+            if not self._model.expired(queue, record, call.now_ms):
+                break
+            self.backend.expire_acquired(queue, context.member_id, [(offset, record)], call.now_ms)
+        headers, value = record.headers, record.value
         tag = context.next_tag
         context.next_tag += 1
         if method.no_ack:
@@ -718,6 +848,19 @@ class ClientConnection(MethodTable):
             context.next_seq += 1
         durability = Durability.FSYNCED if context.confirming else Durability.WRITTEN
         properties, body = call.content
+        model = self._model
+        refused = False
+        if model.limited:
+            # reject-publish: a publish to a full queue is nacked; the copy the router
+            # makes anyway is dropped by the queue's upkeep, so it never becomes ready.
+            full = [
+                q
+                for q in model.destinations(call.connection.vhost, method, properties)
+                if model.full(q)
+            ]
+            refused = bool(full)
+            for queue in full:
+                self.backend.upkeep(queue)
         try:
             publication = self._model.publish(
                 call.connection.vhost, method, properties, body, durability, call.now_ms
@@ -743,7 +886,11 @@ class ClientConnection(MethodTable):
         if context.confirming:
             out.extend(
                 self._confirm(
-                    context, seq, publication.partition, publication.durable_offset, ok=True
+                    context,
+                    seq,
+                    publication.partition,
+                    publication.durable_offset,
+                    ok=not refused,
                 )
             )
         return out
@@ -835,10 +982,8 @@ class ClientConnection(MethodTable):
             self.sender.send(b"".join(frames), "confirm")
 
 
-def _acquired_messages(
-    acquired: object,
-) -> Iterator[tuple[int, int, list[tuple[str, bytes | None]], bytes | None]]:
-    """(offset, delivery count, headers, value) of every acquired record, in order."""
+def _acquired_messages(acquired: object) -> Iterator[tuple[int, int, Record]]:
+    """(offset, delivery count, record) of every acquired record, in order."""
     from ...broker.shares import Acquired
 
     assert isinstance(acquired, Acquired)
@@ -863,7 +1008,11 @@ def _acquired_messages(
                 break
             first, _last, count = counts[index]
             if offset >= first:
-                yield offset, count, copy.headers, copy.value
+                yield (
+                    offset,
+                    count,
+                    Record(copy.value, copy.key, tuple(copy.headers), copy.timestamp),
+                )
 
 
 def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:

@@ -50,7 +50,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
@@ -60,9 +60,10 @@ from pamqp import commands
 from ...broker.configs import AMQP_EXCHANGE, AMQP_QUEUE, EXCHANGE_ALTERNATE, EXCHANGE_TYPE
 from ...broker.exchanges import RoutingError
 from ...broker.partition import Durability, Partition
-from ...broker.shares import ShareConfig
+from ...broker.shares import DeadLetter, ShareConfig
 from ...errors import KafkaError
 from ...records.batch import Record, encode_batch
+from .deadletter import dead_letter, engine_letters
 from .errors import AmqpError, ReplyCode
 from .mapping import record_headers
 
@@ -97,16 +98,22 @@ WINDOW_RECORDS: Final = 10_000
 """The queue engine's in-flight window (its largest): unacknowledged deliveries, and what
 lies between the oldest of them and the newest, stay within it."""
 
-SUPPORTED_ARGUMENTS: Final = frozenset({"x-queue-type", "x-delivery-limit"})
-NOT_YET_ARGUMENTS: Final = frozenset(
+SUPPORTED_ARGUMENTS: Final = frozenset(
     {
+        "x-queue-type",
+        "x-delivery-limit",
         "x-message-ttl",
         "x-expires",
         "x-max-length",
-        "x-max-length-bytes",
         "x-overflow",
         "x-dead-letter-exchange",
         "x-dead-letter-routing-key",
+        "x-dead-letter-strategy",
+    }
+)
+NOT_YET_ARGUMENTS: Final = frozenset(
+    {
+        "x-max-length-bytes",
         "x-single-active-consumer",
         "x-max-priority",
         "x-queue-mode",
@@ -117,6 +124,13 @@ NOT_YET_ARGUMENTS: Final = frozenset(
     }
 )
 """RabbitMQ queue arguments WeirMQ refuses (406) until it enforces them."""
+OVERFLOW_MODES: Final = frozenset({"drop-head", "reject-publish", "reject-publish-dlx"})
+DEAD_LETTER_STRATEGIES: Final = frozenset({"at-most-once", "at-least-once"})
+TTL_MS_MAX: Final = 2**32 - 1
+"""RabbitMQ's bound for x-message-ttl and x-expires (milliseconds)."""
+EXPIRE_SCAN_MAX: Final = 1000
+"""Messages one expiry pass looks at from a queue's head (the next pass follows at once
+when they had all expired): bounds the work of one turn of the loop."""
 QUEUE_TYPES: Final = frozenset({"classic", "quorum"})
 
 
@@ -134,10 +148,48 @@ class QueueDef:
     """The connection of an exclusive queue (not persisted: it goes with it)."""
     consumers: int = 0
     had_consumers: bool = False
+    last_used_ms: int = 0
+    """For `x-expires`: the last declare, get or consumer (RabbitMQ's "unused")."""
 
     @property
     def group_id(self) -> str:
         return QUEUE_GROUP_PREFIX + self.topic
+
+    def _int_argument(self, name: str) -> int | None:
+        value = self.arguments.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def message_ttl_ms(self) -> int | None:
+        return self._int_argument("x-message-ttl")
+
+    @property
+    def expires_ms(self) -> int | None:
+        return self._int_argument("x-expires")
+
+    @property
+    def max_length(self) -> int | None:
+        return self._int_argument("x-max-length")
+
+    @property
+    def overflow(self) -> str:
+        value = self.arguments.get("x-overflow")
+        return value if isinstance(value, str) else "drop-head"
+
+    @property
+    def dead_letter_exchange(self) -> str | None:
+        value = self.arguments.get("x-dead-letter-exchange")
+        return value if isinstance(value, str) else None
+
+    @property
+    def needs_upkeep(self) -> bool:
+        """Whether something must happen without a consumer: TTL expiry, a length limit,
+        expiry of the queue itself."""
+        return (
+            self.message_ttl_ms is not None
+            or self.max_length is not None
+            or self.expires_ms is not None
+        )
 
     def document(self) -> str:
         return json.dumps(
@@ -232,6 +284,8 @@ class AmqpModel:
                     continue
                 self._queues[(queue.vhost, queue.name)] = queue
                 broker.shares.set_queue_config(queue.group_id, share_config(queue.arguments))
+                self._watch_dead_letters(queue)
+                queue.last_used_ms = broker.clock()
                 continue
             exchange_doc = _document(topic.configs.get(AMQP_EXCHANGE, ""))
             if exchange_doc is not None:
@@ -447,7 +501,9 @@ class AmqpModel:
             },
         )
         queue.topic_id = topic.topic_id
+        queue.last_used_ms = self._broker.clock()
         self._queues[(vhost, name)] = queue
+        self._watch_dead_letters(queue)
         return queue, 0
 
     def check_owner(self, queue: QueueDef, owner: object) -> None:
@@ -498,6 +554,146 @@ class AmqpModel:
         if self._queues.get((queue.vhost, queue.name)) is queue:
             del self._queues[(queue.vhost, queue.name)]
         self._broker.shares.set_queue_config(queue.group_id, None)
+        self._broker.shares.set_dead_letter_handler(queue.group_id, None)
+
+    def is_declared(self, queue: QueueDef) -> bool:
+        return self._queues.get((queue.vhost, queue.name)) is queue and (
+            self._broker.topics.get(queue.topic) is not None
+        )
+
+    # --- dead letters, expiry, length limits ---------------------------------------------------
+
+    def _watch_dead_letters(self, queue: QueueDef) -> None:
+        """Route the queue engine's dead letters of `queue` (rejects, the delivery limit)
+        to its dead-letter exchange (deadletter.py)."""
+        if queue.dead_letter_exchange is None:
+            return
+        clock = self._broker.clock
+
+        def handle(pairs: Sequence[tuple[DeadLetter, Record | None]]) -> None:
+            dead_letter(self, queue, engine_letters(pairs), clock())
+
+        self._broker.shares.set_dead_letter_handler(queue.group_id, handle)
+
+    def expired(self, queue: QueueDef, record: Record, now_ms: int) -> bool:
+        due = _due(queue.message_ttl_ms, record)
+        return due is not None and due <= now_ms
+
+    def expire(self, queue: QueueDef, now_ms: int) -> int | None:
+        """Dead-letter (or drop) the expired messages at the head of `queue`: from its
+        first ready message, up to the first that has not expired, as RabbitMQ expires
+        them. Returns when to look again (None: nothing will expire by itself)."""
+        shares = self._broker.shares
+        offsets: list[int] = []
+        for first, last in shares.ready_offsets(queue.group_id, queue.topic_id, 0, EXPIRE_SCAN_MAX):
+            offsets.extend(range(first, min(last, first + EXPIRE_SCAN_MAX - len(offsets) - 1) + 1))
+            if len(offsets) >= EXPIRE_SCAN_MAX:
+                break
+        if not offsets:
+            return None
+        expired: list[tuple[int, Record]] = []
+        next_due: int | None = None
+        for offset, record in shares.read_records(queue.topic_id, 0, offsets):
+            if record is None:
+                continue
+            due = _due(queue.message_ttl_ms, record)
+            if due is None:
+                break  # the head never expires: nothing behind it does before it
+            if due > now_ms:
+                next_due = due
+                break
+            expired.append((offset, record))
+        if expired:
+            self._drop(queue, expired, "expired", now_ms)
+            if len(expired) == len(offsets):
+                next_due = now_ms  # there may be more behind this pass
+        return next_due
+
+    def enforce_length(self, queue: QueueDef, now_ms: int) -> None:
+        """Keep `queue` within `x-max-length` ready messages: drop the oldest (drop-head)
+        or the newest (reject-publish, reject-publish-dlx: the publishes over the limit),
+        dead-lettering them for drop-head and reject-publish-dlx."""
+        limit = queue.max_length
+        if limit is None:
+            return
+        shares = self._broker.shares
+        ready, _ = shares.queue_counts(queue.group_id, queue.topic_id, 0)
+        over = ready - limit
+        if over <= 0:
+            return
+        offsets: list[int] = []
+        if queue.overflow == "drop-head":
+            for first, last in shares.ready_offsets(queue.group_id, queue.topic_id, 0, over):
+                offsets.extend(range(first, min(last, first + over - len(offsets) - 1) + 1))
+                if len(offsets) >= over:
+                    break
+        else:
+            ranges = shares.ready_offsets(queue.group_id, queue.topic_id, 0, ready + 1)
+            for first, last in reversed(ranges):
+                take = min(last - first + 1, over - len(offsets))
+                offsets[:0] = range(last - take + 1, last + 1)
+                if len(offsets) >= over:
+                    break
+        if not offsets:
+            return
+        if queue.overflow == "reject-publish":
+            shares.purge(queue.group_id, queue.topic_id, 0, now_ms, offsets=offsets)
+            return
+        pairs = [
+            (offset, record)
+            for offset, record in shares.read_records(queue.topic_id, 0, offsets)
+            if record is not None
+        ]
+        self._drop(queue, pairs, "maxlen", now_ms, offsets=offsets)
+
+    def full(self, queue: QueueDef) -> bool:
+        """Whether a publish to `queue` now would be over its length limit with a
+        reject-publish overflow (the publisher is nacked)."""
+        limit = queue.max_length
+        if limit is None or queue.overflow == "drop-head":
+            return False
+        ready, _ = self.counts(queue)
+        return ready >= limit
+
+    def _drop(
+        self,
+        queue: QueueDef,
+        pairs: Sequence[tuple[int, Record]],
+        reason: str,
+        now_ms: int,
+        *,
+        offsets: Sequence[int] | None = None,
+    ) -> None:
+        """Dead-letter these messages of `queue` first, then take them out of it."""
+        dead_letter(self, queue, [(reason, record) for _, record in pairs], now_ms)
+        dropped = list(offsets) if offsets is not None else [offset for offset, _ in pairs]
+        self._broker.shares.purge(queue.group_id, queue.topic_id, 0, now_ms, offsets=dropped)
+
+    def destinations(
+        self, vhost: str, method: commands.Basic.Publish, properties: commands.Basic.Properties
+    ) -> list[QueueDef]:
+        """The queues a publish would reach (for the reject-publish check)."""
+        if method.exchange == DEFAULT_EXCHANGE:
+            found = self._queues.get((vhost, method.routing_key))
+            return [found] if found is not None else []
+        exchange = self.exchange(vhost, method.exchange)
+        if exchange is None:
+            return []
+        try:
+            route = self._broker.exchanges.router.route(
+                exchange.topic, method.routing_key, _routable_headers(properties.headers or {})
+            )
+        except RoutingError:
+            return []
+        by_topic = {queue.topic: queue for queue in self._queues.values()}
+        return [by_topic[topic] for topic in route.topics if topic in by_topic]
+
+    @property
+    def limited(self) -> bool:
+        """Whether any queue has a reject-publish length limit (publishes check it)."""
+        return any(
+            q.max_length is not None and q.overflow != "drop-head" for q in self._queues.values()
+        )
 
     def trim(self) -> None:
         """Move each queue's log start up to its oldest unsettled message, so that the
@@ -636,6 +832,22 @@ class AmqpModel:
                 ) from None
 
 
+def _due(ttl_ms: int | None, record: Record) -> int | None:
+    """When a stored message expires: its timestamp plus the smaller of the queue's TTL
+    and its own `expiration` (milliseconds, as text); None when neither applies."""
+    due_ms = ttl_ms
+    for name, value in record.headers:
+        if name == "expiration" and value is not None:
+            try:
+                own = int(value)
+            except ValueError:
+                break
+            if own >= 0:
+                due_ms = own if due_ms is None else min(due_ms, own)
+            break
+    return None if due_ms is None else record.timestamp_ms + due_ms
+
+
 def share_config(arguments: Mapping[str, Any]) -> ShareConfig:
     """The queue engine's settings for a queue with these (checked) arguments: no lock
     timeout short of RabbitMQ's consumer timeout, immediate redelivery, the whole log from
@@ -652,6 +864,22 @@ def share_config(arguments: Mapping[str, Any]) -> ShareConfig:
 
 
 def _checked_arguments(label: str, arguments: Mapping[str, Any]) -> ShareConfig:
+    """Check a new queue's arguments as RabbitMQ does (406 with its words); the queue
+    engine's settings for them."""
+
+    def invalid(key: str, why: str) -> AmqpError:
+        return AmqpError(ReplyCode.PRECONDITION_FAILED, f"invalid arg '{key}' for {label}: {why}")
+
+    def whole(key: str, value: Any, low: int, high: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid(key, f"{{unacceptable_type,{_shown(value)}}}")
+        if value < low:
+            raise invalid(
+                key, f"{{value_negative,{value}}}" if value < 0 else f"{{value_zero,{value}}}"
+            )
+        if value > high:
+            raise invalid(key, f"{{value_too_large,{value},{high}}}")
+
     for key, value in arguments.items():
         if key in NOT_YET_ARGUMENTS:
             raise AmqpError(
@@ -660,25 +888,34 @@ def _checked_arguments(label: str, arguments: Mapping[str, Any]) -> ShareConfig:
             )
         if key == "x-queue-type":
             if value == "stream":
-                raise AmqpError(
-                    ReplyCode.PRECONDITION_FAILED,
-                    f"invalid arg 'x-queue-type' for {label}: stream queues are not "
-                    "supported by WeirMQ yet",
-                )
+                raise invalid(key, "stream queues are not supported by WeirMQ yet")
             if value not in QUEUE_TYPES:
-                raise AmqpError(
-                    ReplyCode.PRECONDITION_FAILED,
-                    f"invalid arg 'x-queue-type' for {label}: {value!r} is not one of "
-                    "classic, quorum",
+                raise invalid(key, f"{_shown(value)} is not one of classic, quorum")
+        elif key == "x-delivery-limit":
+            whole(key, value, 0, 2**31 - 2)
+        elif key == "x-message-ttl" or key == "x-max-length":
+            whole(key, value, 0, TTL_MS_MAX if key == "x-message-ttl" else 2**63 - 1)
+        elif key == "x-expires":
+            whole(key, value, 1, TTL_MS_MAX)
+        elif key == "x-overflow":
+            if value not in OVERFLOW_MODES:
+                raise invalid(
+                    key, f"{_shown(value)} is not one of {', '.join(sorted(OVERFLOW_MODES))}"
                 )
-        if key == "x-delivery-limit" and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        elif key == "x-dead-letter-strategy":
+            if value not in DEAD_LETTER_STRATEGIES:
+                raise invalid(key, f"{_shown(value)} is not one of at-most-once, at-least-once")
+        elif key in ("x-dead-letter-exchange", "x-dead-letter-routing-key") and not isinstance(
+            value, str
         ):
-            raise AmqpError(
-                ReplyCode.PRECONDITION_FAILED,
-                f"invalid arg 'x-delivery-limit' for {label}: {value!r} is not a "
-                "non-negative integer",
-            )
+            raise invalid(key, f"{{unacceptable_type,{_shown(value)}}}")
+    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            f"invalid arg 'x-dead-letter-routing-key' for {label}: Key "
+            "x-dead-letter-routing-key should be specified together with "
+            "x-dead-letter-exchange",
+        )
     return share_config(arguments)
 
 
