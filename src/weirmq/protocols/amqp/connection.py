@@ -245,6 +245,7 @@ class AmqpConnection:
         self._step = Step()
         self._methods_told = False
         """Whether the methods heard `connection_closed`."""
+        self._reading_paused = False
 
     # --- inputs -------------------------------------------------------------------------
 
@@ -293,6 +294,14 @@ class AmqpConnection:
             self._close_transport(f"broker {reason}")
         return self._finish(now_ms)
 
+    def reading_paused(self, paused: bool, now_ms: int) -> None:
+        """We stopped reading from the client (a blocked publisher) or read again: while
+        we do not read, its heartbeats cannot arrive, so missing them is not its fault (as
+        RabbitMQ pauses its heartbeat monitor); reading again starts the count afresh."""
+        self._reading_paused = paused
+        if not paused:
+            self._last_received_ms = now_ms
+
     def transport_closed(self) -> None:
         """The transport is gone: nothing more will be sent."""
         self.state = State.CLOSED
@@ -312,9 +321,10 @@ class AmqpConnection:
         heartbeat_ms = self.tuning.heartbeat_s * 1000
         if not heartbeat_ms:
             return None
-        return min(
-            self._last_sent_ms + heartbeat_ms // 2, self._last_received_ms + 2 * heartbeat_ms
-        )
+        send_by = self._last_sent_ms + heartbeat_ms // 2
+        if self._reading_paused:
+            return send_by
+        return min(send_by, self._last_received_ms + 2 * heartbeat_ms)
 
     @property
     def open_channels(self) -> int:
@@ -473,7 +483,7 @@ class AmqpConnection:
         heartbeat_ms = self.tuning.heartbeat_s * 1000
         if not heartbeat_ms:
             return
-        if now_ms >= self._last_received_ms + 2 * heartbeat_ms:
+        if not self._reading_paused and now_ms >= self._last_received_ms + 2 * heartbeat_ms:
             timeout_s = self.tuning.heartbeat_s
             self._close_transport(f"missed heartbeats from client, timeout: {timeout_s}s")
         elif now_ms >= self._last_sent_ms + heartbeat_ms // 2:

@@ -56,8 +56,11 @@ from pamqp import commands
 from ...broker.partition import Durability, Partition, wait_any
 from ...broker.shares import AckType
 from ...errors import KafkaError
+from ...flow.admission import Admission, Kind
 from ...records.batch import Record, parse_header
 from ...records.codec import read_records
+from ...storage.errors import StorageError
+from ...types import RequestContext
 from .deadletter import dead_letter
 from .errors import AmqpError, ReplyCode
 from .framing import Outbound, encode
@@ -101,6 +104,20 @@ class Sender:
         raise NotImplementedError
 
     def supports(self, capability: str) -> bool:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def publishes_blocked(self) -> bool:  # pragma: no cover - protocol
+        """Whether the broker-wide flow signal (free disk) holds publishers now."""
+        raise NotImplementedError
+
+    def block_publishes(
+        self, reason: str, clear: Callable[[], bool]
+    ) -> None:  # pragma: no cover - protocol
+        """Stop reading from this connection (Connection.Blocked) until `clear()`."""
+        raise NotImplementedError
+
+    def throttle(self, delay_ms: int) -> None:  # pragma: no cover - protocol
+        """Read nothing from this connection for `delay_ms`."""
         raise NotImplementedError
 
 
@@ -315,6 +332,7 @@ class AmqpBackend:
         """By queue topic: the queues with TTLs, length limits or expiry."""
         self._serial = itertools.count(1)
         self._started = False
+        self.admission = Admission(broker.flow)
 
     def _start(self) -> None:
         """Start the upkeep of the queues found on start (once a loop runs)."""
@@ -849,6 +867,7 @@ class ClientConnection(MethodTable):
         durability = Durability.FSYNCED if context.confirming else Durability.WRITTEN
         properties, body = call.content
         model = self._model
+        self._admit(call, method, properties, len(body))
         refused = False
         if model.limited:
             # reject-publish: a publish to a full queue is nacked; the copy the router
@@ -866,7 +885,18 @@ class ClientConnection(MethodTable):
                 call.connection.vhost, method, properties, body, durability, call.now_ms
             )
         except KafkaError as exc:
+            if isinstance(exc, StorageError):
+                # The log cannot take writes now (free disk below its floor, a failed
+                # fsync): hold this connection's publishers until it can again, as
+                # RabbitMQ blocks publishers on a disk alarm.
+                self.sender.block_publishes(
+                    "the broker cannot store messages now",
+                    lambda: self._broker.resources.publish_refusal is None,
+                )
             if not context.confirming:
+                if isinstance(exc, StorageError):
+                    log.warning("AMQP publish to %r not stored: %s", method.exchange, exc)
+                    return ()
                 raise AmqpError(
                     ReplyCode.PRECONDITION_FAILED, f"message not stored: {exc}"
                 ) from None
@@ -894,6 +924,45 @@ class ClientConnection(MethodTable):
                 )
             )
         return out
+
+    def _admit(
+        self,
+        call: Call,
+        method: commands.Basic.Publish,
+        properties: commands.Basic.Properties,
+        size: int,
+    ) -> None:
+        """Ask the flow controller about this publish (`flow/`, as every protocol does)
+        and hold the connection's publishers when it says so: a resource or an opted-in
+        topic's backlog blocked (until it clears), or a quota's throttle (for its time).
+        The publish itself goes ahead: it was read already; what the client sends next
+        is not read until then."""
+        broker = self._broker
+        sender = self.sender
+        if sender.publishes_blocked():
+            sender.block_publishes(
+                "the broker cannot store messages now", lambda: not sender.publishes_blocked()
+            )
+        if broker.flow.idle:
+            return
+        vhost = call.connection.vhost
+        topics = [queue.topic for queue in self._model.destinations(vhost, method, properties)]
+        if method.exchange:
+            exchange = self._model.exchange(vhost, method.exchange)
+            if exchange is not None:
+                topics.append(exchange.topic)
+        info = call.connection
+        context = RequestContext(info.client_name, f"/{info.peer_host}", "amqp")
+        admission = self.backend.admission
+        decision = admission.admit(context, size, call.now_ms, Kind.PRODUCE, topics)
+        if decision.wait_for:
+            names = ", ".join(sorted(decision.wait_for))
+            sender.block_publishes(
+                f"{names} over its limit",
+                lambda: not admission.still_blocked(decision, 0, topics),
+            )
+        elif decision.throttle_ms > 0:
+            sender.throttle(decision.throttle_ms)
 
     def _return_content(self, call: Call, out: list[Outbound]) -> None:
         from pamqp import body as pbody

@@ -28,7 +28,9 @@ Without one (the connection layer's tests), those methods are answered 540.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Final
 
 from ...types import Clock, Timer, Timers
 from ..contract import ConnectionHandle, Frame, Outcome, Reply
@@ -38,6 +40,10 @@ from .framing import AmqpFramer, encode
 from .handlers import AmqpBackend, ClientConnection, Sender
 from .methods import MethodTable
 
+BLOCKED_RECHECK_MS: Final = 100
+"""How often a held publisher's connection looks whether it may go on (as Kafka's held
+produce requests do)."""
+
 
 class AmqpSession(Sender):
     """One AMQP connection; see the module docstring."""
@@ -46,6 +52,10 @@ class AmqpSession(Sender):
         "_adapter",
         "_clock",
         "_connection",
+        "_global_blocked",
+        "_global_reason",
+        "_publish_block",
+        "_publish_reason",
         "_timer",
         "_timer_at_ms",
         "_timers",
@@ -65,6 +75,10 @@ class AmqpSession(Sender):
         self._timers: Timers = adapter.timers
         self._timer: Timer | None = None
         self._timer_at_ms: int | None = None
+        self._global_blocked, self._global_reason = adapter.blocked, adapter.blocked_reason
+        self._publish_block: Callable[[], bool] | None = None
+        """While this connection's publishers are held: says when they may go on."""
+        self._publish_reason = ""
         config = adapter.config
         if frame_max_bytes < config.frame_max_bytes:  # never offer what the framer refuses
             config = replace(config, frame_max_bytes=frame_max_bytes)
@@ -76,6 +90,8 @@ class AmqpSession(Sender):
         self.machine = AmqpConnection(
             config, self._clock(), peer_host=connection.peer_host, methods=methods
         )
+        if self._global_blocked:  # told right after OpenOk (the machine holds it till then)
+            self.machine.flow(True, self._global_reason, self._clock())
         self._arm(self.machine.deadline_ms)
 
     # --- the contract ------------------------------------------------------------------
@@ -102,6 +118,30 @@ class AmqpSession(Sender):
     def write_paused(self) -> bool:
         return self._connection.write_paused
 
+    def publishes_blocked(self) -> bool:
+        return self._global_blocked
+
+    def block_publishes(self, reason: str, clear: Callable[[], bool]) -> None:
+        """Hold this connection's publishers: Connection.Blocked (to a client that
+        announced the capability) and no more reading from its socket, until `clear()`
+        says they may go on (looked at every `BLOCKED_RECHECK_MS`); then Unblocked and
+        reading again. RabbitMQ blocks a publishing connection the same way."""
+        if self._publish_block is not None:
+            return
+        self._publish_block, self._publish_reason = clear, reason
+        self._connection.pause_reading()
+        self.machine.reading_paused(True, self._clock())
+        self._update_flow()
+        self._timers.call_at(self._clock() + BLOCKED_RECHECK_MS, self._recheck_block)
+
+    def throttle(self, delay_ms: int) -> None:
+        """Read nothing from this connection for `delay_ms` (a quota's throttle: TCP
+        back-pressure, as RabbitMQ's credit flow slows a fast publisher)."""
+        if self._publish_block is not None or delay_ms <= 0:
+            return
+        until = self._clock() + delay_ms
+        self.block_publishes("", lambda: self._clock() >= until)
+
     def supports(self, capability: str) -> bool:
         capabilities = self.machine.client_properties.get("capabilities")
         return isinstance(capabilities, dict) and capabilities.get(capability) is True
@@ -109,8 +149,33 @@ class AmqpSession(Sender):
     # --- what the broker may ask -------------------------------------------------------
 
     def flow(self, blocked: bool, reason: str) -> None:
-        """Tell the client publishes are blocked, or may resume (see `AmqpConnection.flow`)."""
+        """The broker-wide signal (free disk below its floor): tell the client publishes
+        are blocked, or may resume (see `AmqpConnection.flow`). A connection that then
+        publishes is held (`block_publishes`) until the signal clears."""
+        self._global_blocked, self._global_reason = blocked, reason
+        self._update_flow()
+
+    def _update_flow(self) -> None:
+        local = self._publish_block is not None and bool(self._publish_reason)
+        blocked = self._global_blocked or local
+        reason = self._global_reason if self._global_blocked else self._publish_reason
         self._push(self.machine.flow(blocked, reason, self._clock()))
+
+    def _recheck_block(self) -> None:
+        clear = self._publish_block
+        if clear is None:
+            return
+        try:
+            done = self.machine.state.value == "closed" or clear()
+        except Exception:  # a check that fails must not hold the client forever
+            done = True
+        if not done:
+            self._timers.call_at(self._clock() + BLOCKED_RECHECK_MS, self._recheck_block)
+            return
+        self._publish_block, self._publish_reason = None, ""
+        self.machine.reading_paused(False, self._clock())
+        self._connection.resume_reading()
+        self._update_flow()
 
     def shutdown(self) -> None:
         """Close with 320 CONNECTION_FORCED: the broker is stopping."""
@@ -178,6 +243,8 @@ class AmqpAdapter:
         self.methods = methods if methods is not None else MethodTable()
         self.sessions: set[AmqpSession] = set()
         """The live connections (for `flow` and `shutdown`)."""
+        self.blocked, self.blocked_reason = False, ""
+        """The broker-wide flow signal's last value, for connections made later."""
         self._frame_max_bytes = config.frame_max_bytes
 
     def new_framer(self, max_frame_bytes: int) -> AmqpFramer:
@@ -193,6 +260,7 @@ class AmqpAdapter:
 
     def flow(self, blocked: bool, reason: str = "") -> None:
         """Publishers are blocked (or may resume): tell every connection's client."""
+        self.blocked, self.blocked_reason = blocked, reason
         for session in list(self.sessions):
             session.flow(blocked, reason)
 
