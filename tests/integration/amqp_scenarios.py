@@ -39,6 +39,18 @@ DELIVERIES_MAX = 3
 
 Action = Callable[[Any], object]  # a step: the current channel in, what was seen out
 
+# RabbitMQ's topic rules: `*` one word, `#` zero or more; a queue two bindings match gets
+# the message once.
+ROUTED_TOPIC_BINDINGS = ("eu.*", "#.urgent")
+ROUTED_TOPIC_KEYS = ("eu.paris", "eu", "eu.paris.louvre", "us.nyc.urgent", "urgent",
+                     "eu.urgent", "")
+# Headers exchanges compare values with their AMQP types: the int 1 is not the string "1".
+ROUTED_HEADERS_BINDINGS = ({"x-match": "all", "a": "1", "b": "2"},
+                           {"x-match": "any", "c": "3", "d": "4"})
+ROUTED_HEADERS: tuple[dict[str, object], ...] = (
+    {"a": "1"}, {"a": "1", "b": "2"}, {"d": "4"}, {"a": "1", "b": "2", "c": "3"},
+    {"a": 1, "b": 2}, {}, {"x-match": "any", "a": "1"})
+
 
 @dataclass(frozen=True, slots=True)
 class Observation:
@@ -106,22 +118,37 @@ class Session:
 
 
 class BasicScenario:
-    """Declare, bind, publish with confirms, get/reject/ack, consume/ack/reject, and the
-    refusals clients meet most: a missing queue (404), a redeclaration that does not match
-    (406), an unknown delivery tag (406), a missing exchange (404). The outcome against
-    RabbitMQ is `EXPECTED` in test_rabbitmq_oracle.py."""
+    """Declare, bind, publish with confirms, get/reject/ack, consume/ack/reject, nack with
+    requeue (single and multiple), message and consumer counts, purge, delete if-empty and
+    if-unused, exclusive queues seen from another connection (405), server-named queues,
+    and the refusals clients meet most: a missing queue or exchange (404), a redeclaration
+    that does not match (406), an unknown delivery tag (406), reserved `amq.` names and
+    system exchanges (403). The outcome against RabbitMQ is `EXPECTED` in
+    test_rabbitmq_oracle.py."""
 
     def __init__(self, prefix: str) -> None:
         self.exchange, self.queue = f"{prefix}.ex", f"{prefix}.q"
         self.missing_queue, self.missing_exchange = f"{prefix}.no-q", f"{prefix}.no-ex"
+        self.exclusive_queue = f"{prefix}.excl"
+        self.topic_exchange, self.headers_exchange = f"{prefix}.topic", f"{prefix}.headers"
+        self.routed_queue = f"{prefix}.routed"
+        self.reserved_queue, self.reserved_exchange = f"amq.{prefix}.q", f"amq.{prefix}.ex"
         self.last_tag = 0  # of the last basic.get: not an observation, servers number freely
+        self.parameters: pika.ConnectionParameters | None = None  # for a second connection
 
     def run(self, s: Session) -> None:
+        self.parameters = s.parameters
         self._set_up(s)
         self._publish(s)
         self._get_reject_ack(s)
         self._consume(s)
+        self._routing(s)
+        self._nack_and_purge(s)
+        self._consumer_counts(s)
+        self._exclusive(s)
+        self._channel_close(s)
         self._refusals(s)
+        self._reserved(s)
         self._tear_down(s)
 
     # -- the parts ---------------------------------------------------------------------------
@@ -157,6 +184,87 @@ class BasicScenario:
         s.observe("queue.declare passive after consume", self._counts)
         s.observe("basic.get on empty", self._get)
 
+    def _routing(self, s: Session) -> None:
+        """Topic and headers exchanges: which publishes a binding matches (mandatory ones
+        that match none are returned), and that a message two bindings of one queue match
+        is queued once."""
+        topic, headers, queue = self.topic_exchange, self.headers_exchange, self.routed_queue
+        s.observe("exchange.declare topic",
+                  lambda ch: ch.exchange_declare(topic, "topic").method.NAME)
+        s.observe("exchange.declare headers",
+                  lambda ch: ch.exchange_declare(headers, "headers").method.NAME)
+        s.observe("queue.declare routed", lambda ch: self._declared(
+            ch.queue_declare(queue, durable=True).method, queue))
+        for key in ROUTED_TOPIC_BINDINGS:
+            s.observe(f"queue.bind topic {key}",
+                      lambda ch, key=key: ch.queue_bind(queue, topic, key).method.NAME)
+        for arguments in ROUTED_HEADERS_BINDINGS:
+            s.observe(f"queue.bind headers {arguments}", lambda ch, arguments=arguments:
+                      ch.queue_bind(queue, headers, "", arguments).method.NAME)
+        for key in ROUTED_TOPIC_KEYS:
+            s.observe(f"publish topic {key!r}, mandatory", lambda ch, key=key: self._route(
+                ch, topic, key, {}))
+        for table in ROUTED_HEADERS:
+            s.observe(f"publish headers {table}, mandatory", lambda ch, table=table:
+                      self._route(ch, headers, "", table))
+        s.observe("basic.get routed, all", self._get_all_routed)
+        s.observe("queue.delete routed", lambda ch: ch.queue_delete(queue).method.message_count)
+        s.observe("exchange.delete topic", lambda ch: ch.exchange_delete(topic).method.NAME)
+        s.observe("exchange.delete headers", lambda ch: ch.exchange_delete(headers).method.NAME)
+
+    def _nack_and_purge(self, s: Session) -> None:
+        for n in (4, 5):
+            s.observe(f"publish m{n}, mandatory", lambda ch, n=n: self._send(ch, n))
+        s.observe("queue.declare passive, two published", self._counts)
+        s.observe("basic.get m4", self._get)
+        s.observe("basic.nack, requeue",
+                  lambda ch: ch.basic_nack(self.last_tag, requeue=True) or "ok")
+        s.observe("basic.get after nack", self._get)
+        s.observe("basic.get m5", self._get)
+        s.observe("basic.nack multiple, requeue", lambda ch: ch.basic_nack(
+            self.last_tag, multiple=True, requeue=True) or "ok")
+        # Not a passive declare here: RabbitMQ answers its counts (a `stat` call the queue
+        # process takes first) before it has handled a requeue sent just before, so the
+        # count would be 0 or 2 there. Basic.Get is taken in order.
+        s.observe("basic.get after nack multiple", self._get)
+        s.observe("basic.reject m4, requeue",
+                  lambda ch: ch.basic_reject(self.last_tag, requeue=True) or "ok")
+        s.observe("queue.delete if-empty, not empty",
+                  lambda ch: ch.queue_delete(self.queue, if_empty=True).method.NAME)
+        s.observe("queue.purge", lambda ch: ch.queue_purge(self.queue).method.message_count)
+        s.observe("queue.declare passive after purge", self._counts)
+
+    def _consumer_counts(self, s: Session) -> None:
+        s.observe("basic.consume, then queue.declare passive", self._consume_and_count)
+        s.observe("queue.delete if-unused, in use",
+                  lambda ch: ch.queue_delete(self.queue, if_unused=True).method.NAME)
+        s.observe("queue.declare passive, consumer gone with its channel", self._counts)
+
+    def _exclusive(self, s: Session) -> None:
+        s.observe("queue.declare exclusive", lambda ch: self._declared(
+            ch.queue_declare(self.exclusive_queue, exclusive=True).method,
+            self.exclusive_queue))
+        s.observe("queue.declare passive exclusive, other connection",
+                  lambda _ch: self._elsewhere(lambda other: other.queue_declare(
+                      self.exclusive_queue, passive=True).method.NAME))
+        s.observe("basic.get exclusive, other connection",
+                  lambda _ch: self._elsewhere(lambda other: other.basic_get(
+                      self.exclusive_queue)[0]))
+        s.observe("queue.declare exclusive again, same connection", lambda ch: self._declared(
+            ch.queue_declare(self.exclusive_queue, exclusive=True).method,
+            self.exclusive_queue))
+        s.observe("queue.declare server-named",
+                  lambda ch: ch.queue_declare("", exclusive=True).method.queue[:8])
+
+    def _channel_close(self, s: Session) -> None:
+        # The channel was closed by the server (if-unused): a new one, in confirm mode.
+        s.observe("confirm.select, new channel", lambda ch: ch.confirm_delivery() or "ok")
+        s.observe("publish m6, mandatory", lambda ch: self._send(ch, 6))
+        s.observe("basic.get m6, then channel.close", lambda ch: (self._get(ch), ch.close())[0])
+        s.observe("basic.get after channel.close", self._get)
+        s.observe("basic.ack m6", lambda ch: ch.basic_ack(self.last_tag) or "ok")
+        s.observe("queue.declare passive after ack", self._counts)
+
     def _refusals(self, s: Session) -> None:
         # Each closes the channel; Session.observe opens the next one.
         s.observe("queue.declare passive, missing",
@@ -167,6 +275,29 @@ class BasicScenario:
                   lambda ch: ch.exchange_declare(self.exchange, "fanout").method.NAME)
         s.observe("basic.ack unknown tag", self._ack_unknown_tag)
         s.observe("publish to missing exchange, confirmed", self._publish_nowhere)
+
+    def _reserved(self, s: Session) -> None:
+        s.observe("queue.declare reserved amq. name",
+                  lambda ch: ch.queue_declare(self.reserved_queue).method.NAME)
+        s.observe("exchange.declare reserved amq. name",
+                  lambda ch: ch.exchange_declare(self.reserved_exchange, "direct").method.NAME)
+        s.observe("exchange.declare amq.direct, equivalent",
+                  lambda ch: ch.exchange_declare("amq.direct", "direct", durable=True)
+                  .method.NAME)
+        s.observe("exchange.delete amq.direct",
+                  lambda ch: ch.exchange_delete("amq.direct").method.NAME)
+        s.observe("exchange.declare passive, missing", lambda ch: ch.exchange_declare(
+            self.missing_exchange, passive=True).method.NAME)
+        s.observe("queue.bind to missing exchange", lambda ch: ch.queue_bind(
+            self.queue, self.missing_exchange, "k").method.NAME)
+        s.observe("basic.consume missing queue", lambda ch: ch.basic_consume(
+            self.missing_queue, lambda *_: None) and "consuming")
+        s.observe("queue.declare x-message-ttl, mismatch", lambda ch: ch.queue_declare(
+            self.queue, durable=True, arguments={"x-message-ttl": 1000}).method.NAME)
+        s.observe("queue.delete missing",
+                  lambda ch: ch.queue_delete(self.missing_queue).method.message_count)
+        s.observe("exchange.delete missing",
+                  lambda ch: ch.exchange_delete(self.missing_exchange).method.NAME)
 
     def _tear_down(self, s: Session) -> None:
         s.observe("queue.delete", lambda ch: ch.queue_delete(self.queue).method.message_count)
@@ -180,6 +311,41 @@ class BasicScenario:
     def _declare_durable(self, channel: Any) -> object:
         ok = channel.queue_declare(self.queue, durable=True).method
         return (ok.queue == self.queue, ok.message_count, ok.consumer_count)
+
+    @staticmethod
+    def _declared(ok: Any, name: str) -> object:
+        return (ok.queue == name, ok.message_count, ok.consumer_count)
+
+    def _consume_and_count(self, channel: Any) -> object:
+        channel.basic_consume(self.queue, lambda *_: None)
+        return self._counts(channel)
+
+    @staticmethod
+    def _route(channel: Any, exchange: str, key: str, headers: dict[str, object]) -> object:
+        body = f"{exchange.rsplit('.', 1)[1]} {key} {sorted(headers.items())}".encode()
+        channel.basic_publish(exchange, key, body, pika.BasicProperties(headers=headers),
+                              mandatory=True)
+        return "ack"
+
+    def _get_all_routed(self, channel: Any) -> object:
+        bodies = []
+        while len(bodies) <= len(ROUTED_TOPIC_KEYS) + len(ROUTED_HEADERS):
+            method, _properties, body = channel.basic_get(self.routed_queue, auto_ack=True)
+            if method is None:
+                break
+            bodies.append(body)
+        return tuple(bodies)
+
+    def _elsewhere(self, action: Action) -> object:
+        """`action` on a channel of a second connection, closed after (the exception of a
+        refusal goes on to `Session.observe`)."""
+        assert self.parameters is not None
+        other = pika.BlockingConnection(self.parameters)
+        try:
+            return action(other.channel())
+        finally:
+            if other.is_open:
+                other.close()
 
     def _counts(self, channel: Any) -> object:
         ok = channel.queue_declare(self.queue, passive=True).method

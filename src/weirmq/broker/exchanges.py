@@ -88,7 +88,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote
 
 from murmurhash2 import murmurhash2
@@ -218,6 +218,12 @@ ROUTE_MEMO_ENTRIES = 16_384
 """Per exchange partition, routes of header-less records remembered by raw key."""
 
 
+TypedHeaders = Callable[[Sequence[tuple[str, bytes | None]]], Mapping[str, HeaderValue]]
+"""A record's headers in, the typed values of those a protocol knows out."""
+_TYPED_TYPES: Final = frozenset({ExchangeType.HEADERS, ExchangeType.CONTENT})
+"""The exchange types that match on header values, where a value's type matters."""
+
+
 class ExchangeInput:
     """The routing of one exchange partition; `Partition.router` of that partition.
 
@@ -309,8 +315,12 @@ class ExchangeInput:
         """Where one record goes (raises a RoutingError, e.g. for a too long key)."""
         router = self._service.router
         if span.headers:
-            headers = dict(span.headers)
-            return router.route(self.partition.tp.topic, span_routing_key(span), headers)
+            topic = self.partition.tp.topic
+            headers: dict[str, HeaderValue] = dict(span.headers)
+            typed = self._service.typed_headers
+            if typed is not None and router.exchange(topic).type in _TYPED_TYPES:
+                headers.update(typed(span.headers))
+            return router.route(topic, span_routing_key(span), headers)
         self._check_memo()
         route = self._memo.get(span.key)
         if route is None:
@@ -344,6 +354,11 @@ class Exchanges:
         self._broker = broker
         self._data_dir = data_dir
         self.router = Router()
+        self.typed_headers: TypedHeaders | None = None
+        """A protocol's typed view of a record's headers (AMQP's typed header table, from
+        its stored properties), for the exchange types that match on values: a header
+        `a` of int 1 then matches a binding on 1, not "1", as in RabbitMQ. None: the
+        headers as stored (bytes, compared as text)."""
         self.stats: dict[str, ExchangeStats] = {}
         self._inputs: dict[TopicPartition, ExchangeInput] = {}
         self.cursors: dict[TopicPartition, int] = {}

@@ -53,6 +53,8 @@ from typing import TYPE_CHECKING, Final
 
 from pamqp import commands
 
+from ...broker.configs import EXCHANGE_TYPE
+from ...broker.exchanges import ROUTED_PRODUCER_ID_BASE, ROUTING_KEY_HEADER, routed_producer_id
 from ...broker.partition import Durability, Partition, wait_any
 from ...broker.shares import AckType
 from ...errors import KafkaError
@@ -89,6 +91,10 @@ limit in AMQP; here it means this one): bounds the channel's delivery-tag map.""
 CONFIRMS_PENDING_MAX: Final = 1_000_000
 """Publishes one channel may have waiting for their confirm: past it the channel is
 closed (406), since a publisher that never reads confirms would grow the list forever."""
+ROUTED_PRODUCERS_REFRESH_MS: Final = 1_000
+"""How often, at most, the map of exchange producer ids is rebuilt for an unknown one."""
+EXCHANGE_NAME_DELIVERABLE_MAX: Final = 127
+"""pamqp refuses longer exchange names in Basic.Deliver (and so does the spec's grammar)."""
 _FRAME_END: Final = b"\xce"
 _FRAME_HEAD: Final = struct.Struct(">BHI")
 _BODY_FRAME: Final = 3
@@ -333,6 +339,9 @@ class AmqpBackend:
         self._serial = itertools.count(1)
         self._started = False
         self.admission = Admission(broker.flow)
+        self._routed_producers: dict[int, str] = {}
+        """The exchange (AMQP name) of each exchange partition's copies, by producer id."""
+        self._routed_producers_at = -ROUTED_PRODUCERS_REFRESH_MS
 
     def _start(self) -> None:
         """Start the upkeep of the queues found on start (once a loop runs)."""
@@ -395,14 +404,14 @@ class AmqpBackend:
         frames: list[bytes] = []
         offsets: list[int] = []
         expired: list[tuple[int, Record]] = []
-        for offset, delivery_count, record in _acquired_messages(acquired):
+        for offset, delivery_count, record, producer_id in _acquired_messages(acquired):
             if self.model.expired(queue, record, now):
                 expired.append((offset, record))
                 continue
-            headers, value = record.headers, record.value
+            value = record.value
             tag = channel.next_tag
             channel.next_tag += 1
-            exchange, routing_key, properties = delivery_content(headers)
+            exchange, routing_key, properties = self.delivery_of(record, producer_id)
             body = value or b""
             frames.append(
                 encode(
@@ -430,6 +439,39 @@ class AmqpBackend:
         if frames:
             channel.connection.sender.send(b"".join(frames), "deliver")
         return True
+
+    def delivery_of(self, record: Record, producer_id: int) -> tuple[str, str, bytes]:
+        """A stored message's exchange, routing key and property list, as delivered. A
+        record a Kafka producer wrote has no AMQP headers: its routing key is what the
+        router routed it by (its `routing-key` header, else its key), and its exchange
+        the one whose copy it is (the copy's producer id names the exchange partition)."""
+        exchange, routing_key, properties = delivery_content(record.headers)
+        if (
+            not routing_key
+            and record.key
+            and all(name != ROUTING_KEY_HEADER for name, _ in record.headers)
+        ):
+            routing_key = record.key.decode("utf-8", errors="replace")[:255]
+        if not exchange and producer_id >= ROUTED_PRODUCER_ID_BASE:
+            exchange = self._exchange_of_producer(producer_id)
+        return exchange, routing_key, properties
+
+    def _exchange_of_producer(self, producer_id: int) -> str:
+        found = self._routed_producers.get(producer_id)
+        if found is None:
+            now = self.broker.clock()
+            if now - self._routed_producers_at < ROUTED_PRODUCERS_REFRESH_MS:
+                return ""
+            self._routed_producers_at = now
+            self._routed_producers = {}
+            for topic in self.broker.topics:
+                if topic.configs.get(EXCHANGE_TYPE):
+                    name = self.model.exchange_name(topic.name)
+                    for index in range(topic.partitions):
+                        pid = routed_producer_id(topic.topic_id.int, index)
+                        self._routed_producers[pid] = name
+            found = self._routed_producers.get(producer_id, "")
+        return found if len(found) <= EXCHANGE_NAME_DELIVERABLE_MAX else ""
 
     def expire_acquired(
         self, queue: QueueDef, member_id: str, expired: list[tuple[int, Record]], now_ms: int
@@ -498,6 +540,9 @@ class ClientConnection(MethodTable):
         self.frame_max = 131_072
         self.channels: dict[int, ChannelContext] = {}
         self.exclusive_queues: list[QueueDef] = []
+        self.definitions_changed = False
+        """A binding changed while handling the current frame: the session answers once
+        it is durable."""
         self._closed = False
         model, broker = backend.model, backend.broker
         self._model = model
@@ -614,6 +659,7 @@ class ClientConnection(MethodTable):
             method.routing_key,
             method.arguments or {},
         )
+        self.definitions_changed = True
         return () if method.nowait else (commands.Exchange.BindOk(),)
 
     def _exchange_unbind(self, call: Call) -> Reaction:
@@ -626,6 +672,7 @@ class ClientConnection(MethodTable):
             method.routing_key,
             method.arguments or {},
         )
+        self.definitions_changed = True
         return () if method.nowait else (commands.Exchange.UnbindOk(),)
 
     # --- queues ------------------------------------------------------------------------
@@ -650,12 +697,14 @@ class ClientConnection(MethodTable):
         method = call.method
         assert isinstance(method, commands.Queue.Bind)
         self._model.bind_queue(call.connection.vhost, method, self)
+        self.definitions_changed = True
         return () if method.nowait else (commands.Queue.BindOk(),)
 
     def _queue_unbind(self, call: Call) -> Reaction:
         method = call.method
         assert isinstance(method, commands.Queue.Unbind)
         self._model.unbind_queue(call.connection.vhost, method, self)
+        self.definitions_changed = True
         return (commands.Queue.UnbindOk(),)
 
     def _queue_purge(self, call: Call) -> Reaction:
@@ -753,11 +802,11 @@ class ClientConnection(MethodTable):
             messages = [] if acquired is None else list(_acquired_messages(acquired))
             if not messages:
                 return (commands.Basic.GetEmpty(),)
-            offset, delivery_count, record = messages[0]
+            offset, delivery_count, record, producer_id = messages[0]
             if not self._model.expired(queue, record, call.now_ms):
                 break
             self.backend.expire_acquired(queue, context.member_id, [(offset, record)], call.now_ms)
-        headers, value = record.headers, record.value
+        value = record.value
         tag = context.next_tag
         context.next_tag += 1
         if method.no_ack:
@@ -765,7 +814,7 @@ class ClientConnection(MethodTable):
         else:
             context.unacked[tag] = Pending(queue, offset, None)
         ready, _ = self._model.counts(queue)
-        exchange, routing_key, properties = delivery_content(headers)
+        exchange, routing_key, properties = self.backend.delivery_of(record, producer_id)
         body = value or b""
         data = b"".join(
             [
@@ -1051,8 +1100,9 @@ class ClientConnection(MethodTable):
             self.sender.send(b"".join(frames), "confirm")
 
 
-def _acquired_messages(acquired: object) -> Iterator[tuple[int, int, Record]]:
-    """(offset, delivery count, record) of every acquired record, in order."""
+def _acquired_messages(acquired: object) -> Iterator[tuple[int, int, Record, int]]:
+    """(offset, delivery count, record, its batch's producer id) of every acquired
+    record, in order."""
     from ...broker.shares import Acquired
 
     assert isinstance(acquired, Acquired)
@@ -1081,6 +1131,7 @@ def _acquired_messages(acquired: object) -> Iterator[tuple[int, int, Record]]:
                     offset,
                     count,
                     Record(copy.value, copy.key, tuple(copy.headers), copy.timestamp),
+                    header.producer_id,
                 )
 
 

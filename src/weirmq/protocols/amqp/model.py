@@ -63,9 +63,9 @@ from ...broker.partition import Durability, Partition
 from ...broker.shares import DeadLetter, ShareConfig
 from ...errors import KafkaError
 from ...records.batch import Record, encode_batch
-from .deadletter import dead_letter, engine_letters
+from .deadletter import dead_letter, engine_letters, properties_of
 from .errors import AmqpError, ReplyCode
-from .mapping import record_headers
+from .mapping import PROPERTIES_HEADER, record_headers
 
 if TYPE_CHECKING:
     from ...broker.core import Broker
@@ -126,8 +126,9 @@ NOT_YET_ARGUMENTS: Final = frozenset(
 """RabbitMQ queue arguments WeirMQ refuses (406) until it enforces them."""
 OVERFLOW_MODES: Final = frozenset({"drop-head", "reject-publish", "reject-publish-dlx"})
 DEAD_LETTER_STRATEGIES: Final = frozenset({"at-most-once", "at-least-once"})
-TTL_MS_MAX: Final = 2**32 - 1
-"""RabbitMQ's bound for x-message-ttl and x-expires (milliseconds)."""
+TTL_MS_MAX: Final = 315_360_000_000
+"""RabbitMQ's bound for x-message-ttl, x-expires and the expiration property: ten years
+in milliseconds (Celery's delayed delivery declares TTLs up to 2**27 seconds)."""
 EXPIRE_SCAN_MAX: Final = 1000
 """Messages one expiry pass looks at from a queue's head (the next pass follows at once
 when they had all expired): bounds the work of one turn of the loop."""
@@ -258,6 +259,7 @@ class AmqpModel:
         self._queues: dict[tuple[str, str], QueueDef] = {}
         self._exchanges: dict[tuple[str, str], ExchangeDef] = {}
         self._topic_max_bytes = str(max(1_048_588, message_bytes_max + 1_048_576))
+        broker.exchanges.typed_headers = typed_headers
         self.load()
 
     # --- the registry ----------------------------------------------------------------------
@@ -299,13 +301,16 @@ class AmqpModel:
                     bool(exchange_doc.get("internal", False)),
                     dict(exchange_doc.get("arguments") or {}),
                 )
+                if not exchange.durable:
+                    transient.append(topic.name)  # RabbitMQ's transient exchanges go too
+                    continue
                 self._exchanges[(exchange.vhost, exchange.name)] = exchange
         for name in transient:
-            log.info("deleting transient AMQP queue topic %r", name)
+            log.info("deleting transient AMQP topic %r", name)
             try:
                 broker.delete_topic(name)
             except KafkaError as exc:
-                log.warning("transient AMQP queue topic %r not deleted: %s", name, exc)
+                log.warning("transient AMQP topic %r not deleted: %s", name, exc)
 
     def queue(self, vhost: str, name: str) -> QueueDef | None:
         return self._queues.get((vhost, name))
@@ -334,6 +339,14 @@ class AmqpModel:
                 self._exchanges[(vhost, name)] = adopted
                 return adopted
         return None
+
+    def exchange_name(self, topic: str) -> str:
+        """The AMQP name of the exchange whose topic is `topic` (its own name when it was
+        made by Kafka clients or the CLI)."""
+        for exchange in self._exchanges.values():
+            if exchange.topic == topic:
+                return exchange.name
+        return topic
 
     # --- exchanges ---------------------------------------------------------------------------
 
@@ -367,6 +380,11 @@ class AmqpModel:
                 for key in sorted(set(arguments) | set(found.arguments)):
                     _equivalent(found.label(), key, arguments.get(key), found.arguments.get(key))
             return
+        if name.startswith(RESERVED_PREFIX):
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"exchange name '{name}' contains reserved prefix 'amq.*'",
+            )
         _check_name(name, "exchange", vhost)
         self._create_exchange(
             vhost, name, kind, method.durable, method.auto_delete, method.internal, arguments
@@ -680,8 +698,9 @@ class AmqpModel:
         if exchange is None:
             return []
         try:
+            stored = record_headers(method.exchange, method.routing_key, properties)
             route = self._broker.exchanges.router.route(
-                exchange.topic, method.routing_key, _routable_headers(properties.headers or {})
+                exchange.topic, method.routing_key, _route_headers(stored, properties)
             )
         except RoutingError:
             return []
@@ -725,6 +744,8 @@ class AmqpModel:
         """Append one message where `method` says; raises AmqpError (404 for a missing
         exchange, 403 for an internal one) or KafkaError (the log refused it)."""
         name, key = method.exchange, method.routing_key
+        if properties.expiration is not None:
+            _check_expiration(properties.expiration)
         headers = record_headers(name, key, properties)
         batch = encode_batch([Record(body, None, tuple(headers), now_ms)])
         broker = self._broker
@@ -746,9 +767,8 @@ class AmqpModel:
         routed = True
         if method.mandatory:
             try:
-                amqp_headers = properties.headers or {}
                 route = broker.exchanges.router.route(
-                    exchange.topic, key, _routable_headers(amqp_headers)
+                    exchange.topic, key, _route_headers(headers, properties)
                 )
                 routed = bool(route.topics)
             except RoutingError:
@@ -832,6 +852,27 @@ class AmqpModel:
                 ) from None
 
 
+def _check_expiration(text: str) -> None:
+    """The `expiration` property as RabbitMQ checks it: milliseconds, as decimal digits,
+    at most `TTL_MS_MAX` (406 otherwise, closing the channel)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED, f"invalid expiration '{text}': {{error,no_integer}}"
+        ) from None
+    if value < 0:
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            f"invalid expiration '{text}': {{value_negative,{value}}}",
+        )
+    if value > TTL_MS_MAX:
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            f"invalid expiration '{text}': {{value_too_large,{value}}}",
+        )
+
+
 def _due(ttl_ms: int | None, record: Record) -> int | None:
     """When a stored message expires: its timestamp plus the smaller of the queue's TTL
     and its own `expiration` (milliseconds, as text); None when neither applies."""
@@ -878,7 +919,7 @@ def _checked_arguments(label: str, arguments: Mapping[str, Any]) -> ShareConfig:
                 key, f"{{value_negative,{value}}}" if value < 0 else f"{{value_zero,{value}}}"
             )
         if value > high:
-            raise invalid(key, f"{{value_too_large,{value},{high}}}")
+            raise invalid(key, f"{{value_too_large,{value}}}")
 
     for key, value in arguments.items():
         if key in NOT_YET_ARGUMENTS:
@@ -964,6 +1005,30 @@ def _plain_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain_value(item) for item in value]
     return str(value)
+
+
+def _route_headers(
+    stored: Sequence[tuple[str, bytes]], properties: commands.Basic.Properties
+) -> dict[str, Any]:
+    """The headers the router sees for a message: the stored record's (as an exchange
+    partition routes it), with the AMQP header table's typed values over them (what
+    `typed_headers` gives the broker for the same record)."""
+    headers: dict[str, Any] = dict(stored)
+    headers.update(_routable_headers(properties.headers or {}))
+    return headers
+
+
+def typed_headers(stored: Sequence[tuple[str, bytes | None]]) -> Mapping[str, Any]:
+    """The typed header table of a stored AMQP message (`Exchanges.typed_headers`): its
+    routable values (strings, numbers, booleans, bytes, null); nothing for a record
+    without AMQP properties or with damaged ones."""
+    if not any(name == PROPERTIES_HEADER for name, _ in stored):
+        return {}
+    try:
+        _, _, properties = properties_of(stored)
+    except Exception:
+        return {}
+    return _routable_headers(properties.headers or {})
 
 
 def _routable_headers(headers: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ Without one (the connection layer's tests), those methods are answered 540.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Final
@@ -39,6 +40,8 @@ from .connection import AmqpConnection, Step
 from .framing import AmqpFramer, encode
 from .handlers import AmqpBackend, ClientConnection, Sender
 from .methods import MethodTable
+
+log = logging.getLogger(__name__)
 
 BLOCKED_RECHECK_MS: Final = 100
 """How often a held publisher's connection looks whether it may go on (as Kafka's held
@@ -97,7 +100,23 @@ class AmqpSession(Sender):
     # --- the contract ------------------------------------------------------------------
 
     def handle(self, frame: Frame) -> Outcome:
-        return self._perform(self.machine.receive(frame, self._clock()))
+        reply = self._perform(self.machine.receive(frame, self._clock()))
+        client = self.client
+        if client is not None and client.definitions_changed:
+            # A binding changed: its Ok is written once the change is fsynced (as the
+            # Kafka and HTTP paths answer), and the replies after it wait behind it.
+            client.definitions_changed = False
+            return self._after_definitions_durable(client, reply)
+        return reply
+
+    async def _after_definitions_durable(
+        self, client: ClientConnection, reply: Reply | None
+    ) -> Reply | None:
+        try:
+            await client.backend.broker.exchanges.definitions_durable()
+        except Exception as exc:  # the disk failed: the broker refuses writes already
+            log.error("AMQP binding change not made durable: %s", exc)
+        return reply
 
     def writing_resumed(self) -> None:
         """Deliveries held back while the transport was full may go on."""
