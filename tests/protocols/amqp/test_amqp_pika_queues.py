@@ -515,3 +515,86 @@ def test_unused_queue_expires(channel: Any) -> None:
         return False
 
     assert _eventually(gone)
+
+
+def _stream_read(connection: Any, queue: str, offset: Any, count: int) -> list[tuple[int, bytes]]:
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=10)
+    got: list[tuple[int, bytes]] = []
+
+    def on_message(ch: Any, method: Any, properties: Any, body: bytes) -> None:
+        got.append((properties.headers["x-stream-offset"], body))
+        ch.basic_ack(method.delivery_tag)
+
+    arguments = {} if offset is None else {"x-stream-offset": offset}
+    channel.basic_consume(queue, on_message, arguments=arguments)
+    deadline = time.monotonic() + 5
+    while len(got) < count and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    connection.process_data_events(time_limit=0.1)  # nothing more arrives
+    channel.close()
+    return got
+
+
+def test_a_stream_is_read_from_any_offset_by_every_consumer(server: Server) -> None:
+    connection = server.connect()
+    channel = connection.channel()
+    channel.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+    channel.confirm_delivery()
+    for i in range(25):
+        channel.basic_publish("", "events", b"e%d" % i)
+    everything = [(i, b"e%d" % i) for i in range(25)]
+    assert _stream_read(connection, "events", "first", 25) == everything
+    assert _stream_read(connection, "events", "first", 25) == everything  # not consumed
+    assert _stream_read(connection, "events", 20, 5) == everything[20:]
+    assert _stream_read(connection, "events", "last", 1) == everything[24:]
+    assert _stream_read(connection, "events", None, 0) == []  # "next": only what comes
+    assert channel.queue_declare("events", passive=True).method.message_count == 0
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("action", "code", "text"),
+    [
+        (lambda ch: ch.basic_get("s"), 540, "basic.get not supported by stream queues"),
+        (lambda ch: ch.queue_purge("s"), 540, "queue.purge not supported by stream queues"),
+        (
+            lambda ch: ch.basic_consume("s", lambda *a: None),
+            406,
+            "consumer prefetch count is not set for 'queue 's' in vhost '/''",
+        ),
+        (
+            lambda ch: (
+                ch.basic_qos(prefetch_count=5),
+                ch.basic_consume("s", print, auto_ack=True),
+            ),
+            540,
+            "automatic acknowledgement not supported by stream queues",
+        ),
+        (
+            lambda ch: ch.queue_declare("s2", arguments={"x-queue-type": "stream"}),
+            406,
+            "invalid property 'non-durable'",
+        ),
+        (
+            lambda ch: ch.queue_declare(
+                "s3", durable=True, arguments={"x-queue-type": "stream", "x-message-ttl": 5}
+            ),
+            406,
+            "invalid arg 'x-message-ttl' for queue 's3' in vhost '/' of queue type",
+        ),
+    ],
+)
+def test_streams_refuse_what_rabbitmq_refuses(
+    server: Server, action: Any, code: int, text: str
+) -> None:
+    connection = server.connect()
+    connection.channel().queue_declare("s", durable=True, arguments={"x-queue-type": "stream"})
+    with pytest.raises(
+        (pika.exceptions.ChannelClosedByBroker, pika.exceptions.ConnectionClosedByBroker)
+    ) as refused:
+        action(connection.channel())
+    assert refused.value.reply_code == code
+    assert text in refused.value.reply_text
+    if connection.is_open:
+        connection.close()

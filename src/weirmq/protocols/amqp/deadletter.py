@@ -71,6 +71,19 @@ def properties_of(headers: Sequence[tuple[str, bytes | None]]) -> tuple[str, str
     return exchange, routing_key, content.properties
 
 
+def stream_properties(record: Record, offset: int, body_size: int) -> bytes:
+    """A stream delivery's property list: the message's own, with its offset in the
+    `x-stream-offset` header (RabbitMQ tells stream consumers where each message is)."""
+    try:
+        _, _, properties = properties_of(record.headers)
+    except Exception:  # damaged stored properties: delivered as the mapping rebuilds them
+        return delivery_content(record.headers)[2]
+    headers = dict(properties.headers or {})
+    headers["x-stream-offset"] = offset
+    properties.headers = headers
+    return header.ContentHeader(0, body_size, properties).marshal()[_HEAD.size :]
+
+
 def dead_letter(
     model: AmqpModel,
     queue: QueueDef,

@@ -59,11 +59,11 @@ from ...broker.partition import Durability, Partition, wait_any
 from ...broker.shares import AckType
 from ...errors import KafkaError
 from ...flow.admission import Admission, Kind
-from ...records.batch import Record, parse_header
+from ...records.batch import ATTR_CONTROL, HEADER_BYTES, Record, parse_header
 from ...records.codec import read_records
 from ...storage.errors import StorageError
 from ...types import RequestContext
-from .deadletter import dead_letter
+from .deadletter import dead_letter, stream_properties
 from .errors import AmqpError, ReplyCode
 from .framing import Outbound, encode
 from .mapping import content_header_frame, delivery_content
@@ -137,6 +137,8 @@ class Consumer:
     prefetch: int
     """Per consumer (0: none); the channel's global limit applies besides."""
     unacked: int = 0
+    offset: int = 0
+    """A stream consumer's next offset to read."""
 
     def credit(self) -> int:
         channel = self.channel
@@ -262,6 +264,38 @@ class QueueDispatcher:
         return delivered
 
 
+class StreamDispatcher(QueueDispatcher):
+    """Delivers a stream's messages: each consumer reads the topic from its own offset
+    (nothing is acquired or acknowledged away), within its credit."""
+
+    async def _run(self) -> None:
+        backend = self._backend
+        broker = backend.broker
+        queue = self.queue
+        try:
+            while self.consumers and not broker.closing:
+                delivered = False
+                for consumer in list(self.consumers):
+                    credit = consumer.credit()
+                    if credit > 0 and backend.deliver_stream(consumer, credit):
+                        delivered = True
+                if delivered:
+                    await asyncio.sleep(0)
+                    continue
+                partition = broker.partition(queue.topic, 0)
+                if partition is None:
+                    return
+                waited = wait_any(
+                    [partition, self], broker.clock() + IDLE_WAIT_MS, broker.timers, broker.clock
+                )
+                if waited is not None:
+                    await waited
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("delivering from %s failed", queue.label())
+
+
 class QueueUpkeep:
     """What a queue does without a consumer: expire messages past their TTL, keep within
     its length limit, delete itself when unused for `x-expires`. One task per queue that
@@ -381,8 +415,71 @@ class AmqpBackend:
     def dispatcher(self, queue: QueueDef) -> QueueDispatcher:
         found = self.dispatchers.get(queue.topic)
         if found is None or found.queue is not queue:
-            found = self.dispatchers[queue.topic] = QueueDispatcher(self, queue)
+            kind = StreamDispatcher if queue.is_stream else QueueDispatcher
+            found = self.dispatchers[queue.topic] = kind(self, queue)
         return found
+
+    def deliver_stream(self, consumer: Consumer, credit: int) -> bool:
+        """Send a stream consumer up to `credit` messages from its offset, each with its
+        offset in the `x-stream-offset` header (as RabbitMQ does); False when it is at
+        the end."""
+        queue, channel = consumer.queue, consumer.channel
+        partition = self.broker.partition(queue.topic, 0)
+        if partition is None:
+            return False
+        consumer.offset = max(consumer.offset, partition.log_start_offset)
+        if consumer.offset >= partition.high_watermark:
+            return False
+        try:
+            data = memoryview(partition.read(consumer.offset, DELIVER_BYTES_MAX).records)
+        except KafkaError as exc:
+            log.warning("%s not read at %d: %s", queue.label(), consumer.offset, exc)
+            return False
+        frames: list[bytes] = []
+        position = 0
+        sent = 0
+        while position + HEADER_BYTES <= len(data) and sent < credit:
+            batch_header = parse_header(data, position)
+            if position + batch_header.size > len(data):
+                break
+            batch = data[position : position + batch_header.size]
+            position += batch_header.size
+            if batch_header.attributes & ATTR_CONTROL:
+                consumer.offset = batch_header.base_offset + batch_header.last_offset_delta + 1
+                continue
+            _, copies = read_records(batch)
+            for copy in copies:
+                if copy.offset < consumer.offset:
+                    continue
+                if sent >= credit:
+                    break
+                record = Record(copy.value, copy.key, tuple(copy.headers), copy.timestamp)
+                exchange, routing_key, _ = self.delivery_of(record, batch_header.producer_id)
+                body = record.value or b""
+                properties = stream_properties(record, copy.offset, len(body))
+                tag = channel.next_tag
+                channel.next_tag += 1
+                frames.append(
+                    encode(
+                        channel.number,
+                        commands.Basic.Deliver(
+                            consumer_tag=consumer.tag,
+                            delivery_tag=tag,
+                            redelivered=False,
+                            exchange=exchange,
+                            routing_key=routing_key,
+                        ),
+                    )
+                )
+                frames.append(content_header_frame(channel.number, len(body), properties))
+                frames.extend(_body_frames(channel.number, body, channel.connection.frame_max))
+                channel.unacked[tag] = Pending(queue, copy.offset, consumer)
+                consumer.unacked += 1
+                consumer.offset = copy.offset + 1
+                sent += 1
+        if frames:
+            channel.connection.sender.send(b"".join(frames), "deliver")
+        return sent > 0
 
     def kick(self, queue: QueueDef) -> None:
         found = self.dispatchers.get(queue.topic)
@@ -601,7 +698,9 @@ class ClientConnection(MethodTable):
         for consumer in list(context.consumers.values()):
             self._end_consumer(consumer)
         context.consumers.clear()
-        held = {pending.queue for pending in context.unacked.values()}
+        held = {
+            pending.queue for pending in context.unacked.values() if not pending.queue.is_stream
+        }
         context.unacked.clear()
         now = self._broker.clock()
         for queue in held:
@@ -759,12 +858,28 @@ class ClientConnection(MethodTable):
         tag = method.consumer_tag or _consumer_tag()
         if tag in context.consumers:
             raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        offset = 0
+        if queue.is_stream:
+            if method.no_ack:
+                raise AmqpError(
+                    ReplyCode.NOT_IMPLEMENTED,
+                    f"automatic acknowledgement not supported by stream queues {queue.label()}",
+                )
+            if not (context.prefetch or context.global_prefetch):
+                raise AmqpError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"consumer prefetch count is not set for '{queue.label()}'",
+                )
+            spec = (method.arguments or {}).get("x-stream-offset")
+            offset = self._model.stream_start(queue, spec)
         dispatcher = self.backend.dispatcher(queue)
         if any(c.exclusive for c in dispatcher.consumers) or (
             method.exclusive and dispatcher.consumers
         ):
             raise AmqpError(ReplyCode.ACCESS_REFUSED, f"{queue.label()} in exclusive use")
-        consumer = Consumer(context, tag, queue, method.no_ack, method.exclusive, context.prefetch)
+        consumer = Consumer(
+            context, tag, queue, method.no_ack, method.exclusive, context.prefetch, offset=offset
+        )
         context.consumers[tag] = consumer
         queue.consumers += 1
         queue.had_consumers = True
@@ -787,6 +902,11 @@ class ClientConnection(MethodTable):
         assert isinstance(method, commands.Basic.Get)
         context = self._channel(call)
         queue = self._model.required_queue(call.connection.vhost, method.queue, self)
+        if queue.is_stream:
+            raise AmqpError(
+                ReplyCode.NOT_IMPLEMENTED,
+                f"basic.get not supported by stream queues {queue.label()}",
+            )
         broker = self._broker
         queue.last_used_ms = call.now_ms
         while True:
@@ -873,7 +993,8 @@ class ClientConnection(MethodTable):
             if pending.consumer is not None:
                 pending.consumer.unacked -= 1
         for queue, offsets in by_queue.items():
-            self.backend.settle(queue, context.member_id, offsets, ack)
+            if not queue.is_stream:  # a stream's acks are credit only
+                self.backend.settle(queue, context.member_id, offsets, ack)
             self.backend.kick(queue)
 
     def _basic_recover(self, call: Call) -> Reaction:
@@ -888,7 +1009,9 @@ class ClientConnection(MethodTable):
         """Redeliver every unacknowledged delivery of the channel (requeue=true is the
         only form RabbitMQ implements, and so here)."""
         context = self._channel(call)
-        held = {pending.queue for pending in context.unacked.values()}
+        held = {
+            pending.queue for pending in context.unacked.values() if not pending.queue.is_stream
+        }
         for pending in context.unacked.values():
             if pending.consumer is not None:
                 pending.consumer.unacked -= 1

@@ -44,6 +44,7 @@ topics.json, a binding appends to `__weirmq_routing`): each method returns or ra
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import json
 import logging
@@ -183,6 +184,12 @@ class QueueDef:
         return value if isinstance(value, str) else None
 
     @property
+    def is_stream(self) -> bool:
+        """`x-queue-type=stream`: the topic read non-destructively, each consumer from
+        its own offset (no share group, nothing acknowledged away)."""
+        return self.arguments.get("x-queue-type") == "stream"
+
+    @property
     def needs_upkeep(self) -> bool:
         """Whether something must happen without a consumer: TTL expiry, a length limit,
         expiry of the queue itself."""
@@ -285,8 +292,9 @@ class AmqpModel:
                     transient.append(topic.name)
                     continue
                 self._queues[(queue.vhost, queue.name)] = queue
-                broker.shares.set_queue_config(queue.group_id, share_config(queue.arguments))
-                self._watch_dead_letters(queue)
+                if not queue.is_stream:
+                    broker.shares.set_queue_config(queue.group_id, share_config(queue.arguments))
+                    self._watch_dead_letters(queue)
                 queue.last_used_ms = broker.clock()
                 continue
             exchange_doc = _document(topic.configs.get(AMQP_EXCHANGE, ""))
@@ -494,6 +502,8 @@ class AmqpModel:
         _check_name(name, "queue", vhost)
         arguments = _plain(method.arguments or {})
         label = f"queue '{name}' in vhost '{vhost}'"
+        if arguments.get("x-queue-type") == "stream":
+            return self._declare_stream(vhost, name, method, arguments, label), 0
         config = _checked_arguments(label, arguments)
         topic_name = self._free_topic(vhost, name, "queue")
         queue = QueueDef(
@@ -524,6 +534,61 @@ class AmqpModel:
         self._watch_dead_letters(queue)
         return queue, 0
 
+    def _declare_stream(
+        self,
+        vhost: str,
+        name: str,
+        method: commands.Queue.Declare,
+        arguments: dict[str, Any],
+        label: str,
+    ) -> QueueDef:
+        """A stream: a durable topic whose retention is the stream's (`x-max-age`,
+        `x-max-length-bytes`, `x-stream-max-segment-size-bytes`), kept whoever reads it."""
+        if not method.durable:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED, f"invalid property 'non-durable' for {label}"
+            )
+        if method.exclusive:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED, f"invalid property 'exclusive-owner' for {label}"
+            )
+        if method.auto_delete:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED, f"invalid property 'auto-delete' for {label}"
+            )
+        retention = _stream_retention(label, arguments)
+        topic_name = self._free_topic(vhost, name, "queue")
+        queue = QueueDef(vhost, name, topic_name, uuid.UUID(int=0), True, False, False, arguments)
+        topic = self._create_topic(topic_name, {AMQP_QUEUE: queue.document(), **retention})
+        queue.topic_id = topic.topic_id
+        queue.last_used_ms = self._broker.clock()
+        self._queues[(vhost, name)] = queue
+        return queue
+
+    def stream_start(self, queue: QueueDef, spec: object) -> int:
+        """Where a stream consumer starts (`x-stream-offset`): first, last, next (the
+        default), an offset, or a timestamp (the first message at or after it)."""
+        partition = self._broker.partition(queue.topic, 0)
+        if partition is None:
+            raise AmqpError(ReplyCode.NOT_FOUND, f"no {queue.label()}")
+        start, end = partition.log_start_offset, partition.high_watermark
+        if spec is None or spec == "next":
+            return end
+        if spec == "first":
+            return start
+        if spec == "last":
+            return max(start, end - 1)
+        if isinstance(spec, datetime.datetime):
+            found = partition.log.offset_for_timestamp(int(spec.timestamp() * 1000))
+            return end if found is None else min(max(start, found.offset), end)
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            return min(max(spec, start), end)
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            f"invalid x-stream-offset {spec!r} for {queue.label()}: first, last, next, an "
+            "offset or a timestamp",
+        )
+
     def check_owner(self, queue: QueueDef, owner: object) -> None:
         if queue.exclusive and queue.owner is not owner:
             raise AmqpError(
@@ -544,7 +609,9 @@ class AmqpModel:
         return found
 
     def counts(self, queue: QueueDef) -> tuple[int, int]:
-        """(ready, unacknowledged) messages."""
+        """(ready, unacknowledged) messages (none for a stream, as RabbitMQ answers)."""
+        if queue.is_stream:
+            return 0, 0  # RabbitMQ counts nothing in a stream: it is read, not consumed
         return self._broker.shares.queue_counts(queue.group_id, queue.topic_id, 0)
 
     def bind_queue(self, vhost: str, method: commands.Queue.Bind, owner: object) -> None:
@@ -558,6 +625,11 @@ class AmqpModel:
         self._unbind(exchange, queue.topic, method.routing_key, method.arguments or {})
 
     def purge_queue(self, queue: QueueDef, now_ms: int) -> int:
+        if queue.is_stream:
+            raise AmqpError(
+                ReplyCode.NOT_IMPLEMENTED,
+                f"queue.purge not supported by stream queues {queue.label()}",
+            )
         return self._broker.shares.purge(queue.group_id, queue.topic_id, 0, now_ms)
 
     def delete_queue(self, queue: QueueDef) -> int:
@@ -850,6 +922,60 @@ class AmqpModel:
                 raise AmqpError(
                     ReplyCode.INTERNAL_ERROR, f"topic '{name}' not deleted: {exc}"
                 ) from None
+
+
+STREAM_ARGUMENTS: Final = frozenset(
+    {
+        "x-queue-type",
+        "x-max-age",
+        "x-max-length-bytes",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
+    }
+)
+"""What a stream's declaration may carry; the last two are about replicas, which one
+broker accepts and has nothing to do with."""
+_AGE_UNITS: Final = {
+    "Y": 365 * 86_400_000,
+    "M": 30 * 86_400_000,
+    "D": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1000,
+}
+_AGE: Final = re.compile(r"([0-9]+)([YMDhms])")
+
+
+def _stream_retention(label: str, arguments: Mapping[str, Any]) -> dict[str, str]:
+    """A stream's arguments as its topic's retention configs (RabbitMQ's words in 406s).
+    Without any, a stream keeps everything, as RabbitMQ's does."""
+    configs = {"retention.ms": "-1", "retention.bytes": "-1"}
+    for key, value in arguments.items():
+        if key not in STREAM_ARGUMENTS:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"invalid arg '{key}' for {label} of queue type rabbit_stream_queue",
+            )
+        if key == "x-max-age":
+            match = _AGE.fullmatch(value) if isinstance(value, str) else None
+            if match is None or int(match.group(1)) == 0:
+                raise AmqpError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"invalid arg 'x-max-age' for {label}: {_shown(value)} is not a positive "
+                    "number with a unit (Y, M, D, h, m, s)",
+                )
+            configs["retention.ms"] = str(int(match.group(1)) * _AGE_UNITS[match.group(2)])
+        elif key in ("x-max-length-bytes", "x-stream-max-segment-size-bytes"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+                raise AmqpError(
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"invalid arg '{key}' for {label}: {_shown(value)} is not a number of "
+                    "bytes (at least 1024)",
+                )
+            name = "retention.bytes" if key == "x-max-length-bytes" else "segment.bytes"
+            configs[name] = str(min(value, 2**31 - 1) if name == "segment.bytes" else value)
+    return configs
 
 
 def _check_expiration(text: str) -> None:
