@@ -598,3 +598,59 @@ def test_streams_refuse_what_rabbitmq_refuses(
     assert text in refused.value.reply_text
     if connection.is_open:
         connection.close()
+
+
+def _collect(connection: Any, count: int, *boxes: list[bytes]) -> None:
+    deadline = time.monotonic() + 5
+    while sum(len(box) for box in boxes) < count and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    connection.process_data_events(time_limit=0.1)
+
+
+def test_single_active_consumer_gets_everything_until_it_goes(server: Server) -> None:
+    connection = server.connect()
+    channel = connection.channel()
+    channel.queue_declare("sac", arguments={"x-single-active-consumer": True})
+    first: list[bytes] = []
+    second: list[bytes] = []
+
+    def taker(box: list[bytes]) -> Any:
+        def on_message(ch: Any, method: Any, _p: Any, body: bytes) -> None:
+            box.append(body)
+            ch.basic_ack(method.delivery_tag)
+
+        return on_message
+
+    channel.basic_qos(prefetch_count=1)
+    channel.basic_consume("sac", taker(first), consumer_tag="first")
+    channel.basic_consume("sac", taker(second), consumer_tag="second")
+    for i in range(6):
+        channel.basic_publish("", "sac", b"%d" % i)
+    _collect(connection, 6, first, second)
+    assert (len(first), second) == (6, [])
+    channel.basic_cancel("first")
+    for i in range(6, 9):
+        channel.basic_publish("", "sac", b"%d" % i)
+    _collect(connection, 9, first, second)
+    assert second == [b"6", b"7", b"8"]
+    connection.close()
+
+
+def test_consumer_priorities_feed_the_highest_with_credit_first(server: Server) -> None:
+    connection = server.connect()
+    channel = connection.channel()
+    channel.queue_declare("prio")
+    high: list[bytes] = []
+    low: list[bytes] = []
+    channel.basic_qos(prefetch_count=100)
+    channel.basic_consume("prio", lambda ch, m, p, b: (low.append(b), ch.basic_ack(m.delivery_tag)))
+    channel.basic_consume(
+        "prio",
+        lambda ch, m, p, b: (high.append(b), ch.basic_ack(m.delivery_tag)),
+        arguments={"x-priority": 10},
+    )
+    for i in range(20):
+        channel.basic_publish("", "prio", b"%d" % i)
+    _collect(connection, 20, high, low)
+    assert (len(high), low) == (20, [])
+    connection.close()

@@ -47,7 +47,7 @@ import logging
 import os
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -95,6 +95,7 @@ ROUTED_PRODUCERS_REFRESH_MS: Final = 1_000
 """How often, at most, the map of exchange producer ids is rebuilt for an unknown one."""
 EXCHANGE_NAME_DELIVERABLE_MAX: Final = 127
 """pamqp refuses longer exchange names in Basic.Deliver (and so does the spec's grammar)."""
+_CONSUMER_SERIALS: Final = itertools.count()
 _FRAME_END: Final = b"\xce"
 _FRAME_HEAD: Final = struct.Struct(">BHI")
 _BODY_FRAME: Final = 3
@@ -139,6 +140,10 @@ class Consumer:
     unacked: int = 0
     offset: int = 0
     """A stream consumer's next offset to read."""
+    priority: int = 0
+    """`x-priority` (Basic.Consume's argument): higher first."""
+    serial: int = field(default_factory=lambda: next(_CONSUMER_SERIALS))
+    """Registration order (who is first for a single active consumer)."""
 
     def credit(self) -> int:
         channel = self.channel
@@ -245,23 +250,36 @@ class QueueDispatcher:
             log.exception("delivering from %s failed", queue.label())
 
     def _turn_once(self) -> bool:
-        """Give each consumer with credit one batch; whether anything was delivered."""
-        delivered = False
+        """One round of deliveries; whether anything was delivered.
+
+        Consumers take turns (one batch each), but only those of the highest priority
+        (`x-priority`) that can take more: a lower one gets messages only while every
+        higher one is at its prefetch limit, as RabbitMQ's consumer priorities work. With
+        `x-single-active-consumer`, only the active consumer gets any: the one of the
+        highest priority registered first; when it goes, the next takes over."""
         consumers = self.consumers
-        count = len(consumers)
-        for step in range(count):
-            if not consumers:
-                break
-            consumer = consumers[(self._turn + step) % len(consumers)]
-            credit = consumer.credit()
-            if credit <= 0:
+        if not consumers:
+            return False
+        if self.queue.single_active:
+            active = min(consumers, key=lambda c: (-c.priority, c.serial))
+            credit = active.credit()
+            return credit > 0 and self._backend.deliver(active, credit)
+        for level in sorted({c.priority for c in consumers}, reverse=True):
+            ready = [c for c in consumers if c.priority == level and c.credit() > 0]
+            if not ready:
                 continue
-            if self._backend.deliver(consumer, credit):
+            delivered = False
+            for step in range(len(ready)):
+                consumer = ready[(self._turn + step) % len(ready)]
+                credit = consumer.credit()
+                if credit <= 0:
+                    continue
+                if not self._backend.deliver(consumer, credit):
+                    break  # the queue is empty (for everyone)
                 delivered = True
-            else:
-                break  # the queue is empty (for everyone)
-        self._turn = (self._turn + 1) % max(1, len(consumers))
-        return delivered
+            self._turn = (self._turn + 1) % len(ready)
+            return delivered
+        return False
 
 
 class StreamDispatcher(QueueDispatcher):
@@ -878,7 +896,14 @@ class ClientConnection(MethodTable):
         ):
             raise AmqpError(ReplyCode.ACCESS_REFUSED, f"{queue.label()} in exclusive use")
         consumer = Consumer(
-            context, tag, queue, method.no_ack, method.exclusive, context.prefetch, offset=offset
+            context,
+            tag,
+            queue,
+            method.no_ack,
+            method.exclusive,
+            context.prefetch,
+            offset=offset,
+            priority=_consumer_priority(method.arguments or {}, queue),
         )
         context.consumers[tag] = consumer
         queue.consumers += 1
@@ -1256,6 +1281,16 @@ def _acquired_messages(acquired: object) -> Iterator[tuple[int, int, Record, int
                     Record(copy.value, copy.key, tuple(copy.headers), copy.timestamp),
                     header.producer_id,
                 )
+
+
+def _consumer_priority(arguments: Mapping[str, object], queue: QueueDef) -> int:
+    value = arguments.get("x-priority", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            f"invalid arg 'x-priority' for {queue.label()}: {value!r} is not an integer",
+        )
+    return value
 
 
 def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:

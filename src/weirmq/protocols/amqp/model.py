@@ -110,12 +110,12 @@ SUPPORTED_ARGUMENTS: Final = frozenset(
         "x-dead-letter-exchange",
         "x-dead-letter-routing-key",
         "x-dead-letter-strategy",
+        "x-single-active-consumer",
     }
 )
 NOT_YET_ARGUMENTS: Final = frozenset(
     {
         "x-max-length-bytes",
-        "x-single-active-consumer",
         "x-max-priority",
         "x-queue-mode",
         "x-queue-master-locator",
@@ -182,6 +182,10 @@ class QueueDef:
     def dead_letter_exchange(self) -> str | None:
         value = self.arguments.get("x-dead-letter-exchange")
         return value if isinstance(value, str) else None
+
+    @property
+    def single_active(self) -> bool:
+        return self.arguments.get("x-single-active-consumer") is True
 
     @property
     def is_stream(self) -> bool:
@@ -1069,6 +1073,8 @@ def _checked_arguments(label: str, arguments: Mapping[str, Any]) -> ShareConfig:
                 raise invalid(
                     key, f"{_shown(value)} is not one of {', '.join(sorted(OVERFLOW_MODES))}"
                 )
+        elif key == "x-single-active-consumer" and not isinstance(value, bool):
+            raise invalid(key, f"{{unacceptable_type,{_shown(value)}}}")
         elif key == "x-dead-letter-strategy":
             if value not in DEAD_LETTER_STRATEGIES:
                 raise invalid(key, f"{_shown(value)} is not one of at-most-once, at-least-once")
