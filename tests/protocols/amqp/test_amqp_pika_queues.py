@@ -654,3 +654,55 @@ def test_consumer_priorities_feed_the_highest_with_credit_first(server: Server) 
     _collect(connection, 20, high, low)
     assert (len(high), low) == (20, [])
     connection.close()
+
+
+def test_delayed_message_exchange_routes_each_message_after_its_x_delay(channel: Any) -> None:
+    channel.exchange_declare(
+        "later", "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"}
+    )
+    channel.queue_declare("due")
+    channel.queue_bind("due", "later", routing_key="k")
+    channel.confirm_delivery()
+    published = time.monotonic()
+    channel.basic_publish("later", "k", b"slow", pika.BasicProperties(headers={"x-delay": 600}))
+    channel.basic_publish("later", "k", b"fast", pika.BasicProperties(headers={"x-delay": 200}))
+    channel.basic_publish("later", "k", b"now")
+
+    def next_message() -> Any:
+        method, _, body = channel.basic_get("due", auto_ack=True)
+        return None if method is None else (method.exchange, method.routing_key, body)
+
+    assert _eventually(next_message) == ("later", "k", b"now")
+    assert next_message() is None  # the delayed ones wait
+    assert _eventually(next_message) == ("later", "k", b"fast")
+    assert time.monotonic() - published >= 0.2  # never early
+    assert _eventually(next_message) == ("later", "k", b"slow")
+    assert time.monotonic() - published >= 0.6
+
+
+def test_delayed_message_exchange_needs_its_delayed_type(channel: Any) -> None:
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.exchange_declare("bad-later", "x-delayed-message")
+    assert refused.value.reply_code == 406
+    assert "'x-delayed-type' must be an existing exchange type" in refused.value.reply_text
+
+
+def test_delayed_messages_wait_across_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Server(data) as first:
+        connection = first.connect()
+        channel = connection.channel()
+        channel.exchange_declare(
+            "later", "x-delayed-message", durable=True, arguments={"x-delayed-type": "fanout"}
+        )
+        channel.queue_declare("due", durable=True)
+        channel.queue_bind("due", "later")
+        channel.confirm_delivery()
+        channel.basic_publish("later", "", b"held", pika.BasicProperties(headers={"x-delay": 500}))
+        connection.close()
+    with Server(data) as second:
+        connection = second.connect()
+        channel = connection.channel()
+        got = _eventually(lambda: channel.basic_get("due", auto_ack=True)[2])
+        assert got == b"held"
+        connection.close()

@@ -344,9 +344,11 @@ class QueueUpkeep:
         backend, queue = self._backend, self.queue
         broker, model = backend.broker, backend.model
         try:
-            while model.is_declared(queue) and not broker.closing:
+            while (model.is_declared(queue) or model.is_forwarding(queue)) and not broker.closing:
                 now = broker.clock()
                 due: int | None = None
+                if queue.forward_to is not None and model.forward(queue, now):
+                    due = now  # more are due: go on after the loop serves others
                 if queue.message_ttl_ms is not None:
                     due = model.expire(queue, now)
                 model.enforce_length(queue, now)
@@ -399,7 +401,7 @@ class AmqpBackend:
         """Start the upkeep of the queues found on start (once a loop runs)."""
         if not self._started:
             self._started = True
-            for queue in self.model.queues():
+            for queue in [*self.model.queues(), *self.model.forwarders()]:
                 self.upkeep(queue)
 
     def upkeep(self, queue: QueueDef) -> None:
@@ -758,6 +760,8 @@ class ClientConnection(MethodTable):
         method = call.method
         assert isinstance(method, commands.Exchange.Declare)
         self._model.declare_exchange(call.connection.vhost, method)
+        for forwarder in self._model.forwarders():  # an x-delayed-message exchange's
+            self.backend.upkeep(forwarder)
         return () if method.nowait else (commands.Exchange.DeclareOk(),)
 
     def _exchange_delete(self, call: Call) -> Reaction:

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pamqp import commands
 
 from ...broker.configs import AMQP_EXCHANGE, AMQP_QUEUE, EXCHANGE_ALTERNATE, EXCHANGE_TYPE
+from ...broker.delays import DELAY_MAX_MS
 from ...broker.exchanges import RoutingError
 from ...broker.partition import Durability, Partition
 from ...broker.shares import DeadLetter, ShareConfig
@@ -83,6 +84,11 @@ BUILTIN_EXCHANGES: Final[Mapping[str, str]] = {
 }
 """RabbitMQ's pre-declared exchanges (every vhost has them); made on first use."""
 EXCHANGE_TYPES: Final = frozenset({"direct", "fanout", "topic", "headers"})
+DELAYED_TYPE: Final = "x-delayed-message"
+"""RabbitMQ's delayed-message exchange type (its plugin): a publish with an `x-delay`
+header (milliseconds) is routed that much later, by its `x-delayed-type`."""
+FORWARD_BATCH: Final = 500
+"""Due messages an x-delayed-message exchange routes per turn of its upkeep."""
 RESERVED_PREFIX: Final = "amq."
 SERVER_NAMED_PREFIX: Final = "amq.gen-"
 QUEUE_GROUP_PREFIX: Final = "amqp:"
@@ -152,6 +158,8 @@ class QueueDef:
     had_consumers: bool = False
     last_used_ms: int = 0
     """For `x-expires`: the last declare, get or consumer (RabbitMQ's "unused")."""
+    forward_to: ExchangeDef | None = None
+    """For the holding queue of an x-delayed-message exchange: where due messages go."""
 
     @property
     def group_id(self) -> str:
@@ -201,6 +209,7 @@ class QueueDef:
             self.message_ttl_ms is not None
             or self.max_length is not None
             or self.expires_ms is not None
+            or self.forward_to is not None
         )
 
     def document(self) -> str:
@@ -232,19 +241,29 @@ class ExchangeDef:
     arguments: dict[str, Any] = field(default_factory=dict)
     declared: bool = True
     """Declared over AMQP (False: an exchange topic made by Kafka clients or the CLI)."""
+    delayed_topic: str | None = None
+    """An x-delayed-message exchange's holding topic (see `publish` and `forward`)."""
+
+    @property
+    def route_type(self) -> str:
+        """How it routes: its type, or an x-delayed-message exchange's x-delayed-type."""
+        if self.type == DELAYED_TYPE:
+            return str(self.arguments.get("x-delayed-type", "direct"))
+        return self.type
 
     def document(self) -> str:
-        return json.dumps(
-            {
-                "vhost": self.vhost,
-                "name": self.name,
-                "durable": self.durable,
-                "auto_delete": self.auto_delete,
-                "internal": self.internal,
-                "arguments": self.arguments,
-            },
-            sort_keys=True,
-        )
+        document: dict[str, Any] = {
+            "vhost": self.vhost,
+            "name": self.name,
+            "type": self.type,
+            "durable": self.durable,
+            "auto_delete": self.auto_delete,
+            "internal": self.internal,
+            "arguments": self.arguments,
+        }
+        if self.delayed_topic is not None:
+            document["delayed_topic"] = self.delayed_topic
+        return json.dumps(document, sort_keys=True)
 
     def label(self) -> str:
         return f"exchange '{self.name}' in vhost '{self.vhost}'"
@@ -269,6 +288,8 @@ class AmqpModel:
         self._broker = broker
         self._queues: dict[tuple[str, str], QueueDef] = {}
         self._exchanges: dict[tuple[str, str], ExchangeDef] = {}
+        self._forwarders: dict[str, QueueDef] = {}
+        """The holding queue of each x-delayed-message exchange, by the exchange's topic."""
         self._topic_max_bytes = str(max(1_048_588, message_bytes_max + 1_048_576))
         broker.exchanges.typed_headers = typed_headers
         self.load()
@@ -307,16 +328,22 @@ class AmqpModel:
                     str(exchange_doc.get("vhost", "/")),
                     str(exchange_doc.get("name", topic.name)),
                     topic.name,
-                    topic.configs.get(EXCHANGE_TYPE, "direct"),
+                    str(exchange_doc.get("type") or topic.configs.get(EXCHANGE_TYPE, "direct")),
                     bool(exchange_doc.get("durable", True)),
                     bool(exchange_doc.get("auto_delete", False)),
                     bool(exchange_doc.get("internal", False)),
                     dict(exchange_doc.get("arguments") or {}),
                 )
+                delayed = exchange_doc.get("delayed_topic")
+                exchange.delayed_topic = delayed if isinstance(delayed, str) else None
                 if not exchange.durable:
                     transient.append(topic.name)  # RabbitMQ's transient exchanges go too
+                    if exchange.delayed_topic is not None:
+                        transient.append(exchange.delayed_topic)
                     continue
                 self._exchanges[(exchange.vhost, exchange.name)] = exchange
+                if exchange.delayed_topic is not None:
+                    self._add_forwarder(exchange)
         for name in transient:
             log.info("deleting transient AMQP topic %r", name)
             try:
@@ -375,14 +402,14 @@ class AmqpModel:
                 raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
             return
         kind = method.exchange_type
-        if kind not in EXCHANGE_TYPES:
-            if kind == "x-delayed-message":
-                raise AmqpError(
-                    ReplyCode.COMMAND_INVALID,
-                    "exchange type 'x-delayed-message' is not supported by WeirMQ yet",
-                )
+        if kind not in EXCHANGE_TYPES and kind != DELAYED_TYPE:
             raise AmqpError(ReplyCode.COMMAND_INVALID, f"unknown exchange type '{kind}'")
         arguments = _plain(method.arguments or {})
+        if kind == DELAYED_TYPE and arguments.get("x-delayed-type") not in EXCHANGE_TYPES:
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED,
+                "Invalid argument, 'x-delayed-type' must be an existing exchange type",
+            )
         if found is not None:
             _equivalent(found.label(), "type", kind, found.type)
             if found.declared:
@@ -414,13 +441,82 @@ class AmqpModel:
     ) -> ExchangeDef:
         topic = self._free_topic(vhost, name, "exchange")
         exchange = ExchangeDef(vhost, name, topic, kind, durable, auto_delete, internal, arguments)
-        configs = {EXCHANGE_TYPE: kind, AMQP_EXCHANGE: exchange.document()}
+        if kind == DELAYED_TYPE:
+            exchange.delayed_topic = self._free_topic(vhost, f"{name}.delayed", "exchange")
+            # The holding topic: delays on (broker/delays.py keeps each message back until
+            # its x-delay passed), read by the exchange's forwarder, never by clients.
+            self._create_topic(
+                exchange.delayed_topic,
+                {"weirmq.delay.enable": "true", "retention.ms": "-1", "retention.bytes": "-1"},
+            )
+        configs = {EXCHANGE_TYPE: exchange.route_type, AMQP_EXCHANGE: exchange.document()}
         alternate = arguments.get("alternate-exchange")
         if isinstance(alternate, str) and alternate:
             configs[EXCHANGE_ALTERNATE] = self._exchange_topic(vhost, alternate)
         self._create_topic(topic, configs)
         self._exchanges[(vhost, name)] = exchange
+        if exchange.delayed_topic is not None:
+            self._add_forwarder(exchange)
         return exchange
+
+    def _add_forwarder(self, exchange: ExchangeDef) -> None:
+        assert exchange.delayed_topic is not None
+        holding = self._broker.topics.get(exchange.delayed_topic)
+        if holding is None:
+            log.warning("%s: its holding topic is gone; delayed messages wait", exchange.label())
+            return
+        queue = QueueDef(
+            exchange.vhost,
+            f"{exchange.name} (delayed)",
+            holding.name,
+            holding.topic_id,
+            True,
+            False,
+            False,
+            {},
+            forward_to=exchange,
+        )
+        self._broker.shares.set_queue_config(queue.group_id, share_config({}))
+        self._forwarders[exchange.topic] = queue
+
+    def forwarders(self) -> list[QueueDef]:
+        return list(self._forwarders.values())
+
+    def forward(self, queue: QueueDef, now_ms: int) -> bool:
+        """Route the due messages of an x-delayed-message exchange (its holding topic's
+        records, appended there by the delays service once due) through the exchange;
+        whether there may be more. At least once: routed, then settled."""
+        exchange = queue.forward_to
+        assert exchange is not None
+        shares = self._broker.shares
+        offsets = [
+            offset
+            for first, last in shares.ready_offsets(
+                queue.group_id, queue.topic_id, 0, FORWARD_BATCH
+            )
+            for offset in range(first, min(last, first + FORWARD_BATCH) + 1)
+        ][:FORWARD_BATCH]
+        if not offsets:
+            return False
+        records = [
+            Record(
+                record.value,
+                record.key,
+                tuple((n, v) for n, v in record.headers if not n.startswith("weirmq.del")),
+                record.timestamp_ms,
+            )
+            for _, record in shares.read_records(queue.topic_id, 0, offsets)
+            if record is not None
+        ]
+        partition = self._broker.partition(exchange.topic, 0)
+        if partition is not None and records:
+            try:
+                partition.publish(encode_batch(records, base_offset=0), Durability.WRITTEN)
+            except KafkaError as exc:
+                log.warning("%s: due messages not routed yet: %s", exchange.label(), exc)
+                return False
+        shares.purge(queue.group_id, queue.topic_id, 0, now_ms, offsets=offsets)
+        return len(offsets) >= FORWARD_BATCH
 
     def _exchange_topic(self, vhost: str, name: str) -> str:
         """The topic of an exchange that may not exist yet (an alternate)."""
@@ -442,6 +538,18 @@ class AmqpModel:
             raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"{found.label()} in use")
         self._delete_topic(found.topic)
         self._exchanges.pop((vhost, name), None)
+        self._drop_forwarder(found)
+
+    def _drop_forwarder(self, exchange: ExchangeDef) -> None:
+        forwarder = self._forwarders.pop(exchange.topic, None)
+        if forwarder is not None:
+            self._broker.shares.set_queue_config(forwarder.group_id, None)
+        if exchange.delayed_topic is not None:
+            self._delete_topic(exchange.delayed_topic)
+
+    def is_forwarding(self, queue: QueueDef) -> bool:
+        exchange = queue.forward_to
+        return exchange is not None and self._forwarders.get(exchange.topic) is queue
 
     def bind_exchange(
         self, vhost: str, destination: str, source: str, key: str, arguments: Mapping[str, object]
@@ -795,7 +903,7 @@ class AmqpModel:
         segments holding only acknowledged messages are deleted (a queue forgets what it
         delivered, as RabbitMQ's do; an exchange's log keeps it for replay)."""
         broker = self._broker
-        for queue in list(self._queues.values()):
+        for queue in [*self._queues.values(), *self._forwarders.values()]:
             partition = broker.partition(queue.topic, 0)
             if partition is None:
                 continue
@@ -840,6 +948,10 @@ class AmqpModel:
                 ReplyCode.ACCESS_REFUSED,
                 f"cannot publish to internal {exchange.label()}",
             )
+        if exchange.type == DELAYED_TYPE:
+            delay = (properties.headers or {}).get("x-delay")
+            if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
+                return self._publish_delayed(exchange, body, headers, delay, durability, now_ms)
         routed = True
         if method.mandatory:
             try:
@@ -858,6 +970,27 @@ class AmqpModel:
             raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
         published = partition.publish(batch, durability)
         return Publication(routed, partition, published.durable_offset)
+
+    def _publish_delayed(
+        self,
+        exchange: ExchangeDef,
+        body: bytes,
+        headers: list[tuple[str, bytes]],
+        delay_ms: int,
+        durability: Durability,
+        now_ms: int,
+    ) -> Publication:
+        """Hold a message for `delay_ms` in the exchange's holding topic (the delays
+        service appends it there when due; the forwarder then routes it). Mandatory is
+        not checked for delayed messages, as the RabbitMQ plugin does not."""
+        assert exchange.delayed_topic is not None
+        partition = self._broker.partition(exchange.delayed_topic, 0)
+        if partition is None:
+            raise AmqpError(ReplyCode.NOT_FOUND, f"{exchange.label()} lost its holding topic")
+        held = [*headers, ("weirmq.delay.ms", str(min(delay_ms, DELAY_MAX_MS)).encode())]
+        batch = encode_batch([Record(body, None, tuple(held), now_ms)])
+        published = partition.publish(batch, durability)
+        return Publication(True, published.durable_partition or partition, published.durable_offset)
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -891,6 +1024,7 @@ class AmqpModel:
         if source.auto_delete and source.declared and unused:
             self._delete_topic(source.topic)
             self._exchanges.pop((source.vhost, source.name), None)
+            self._drop_forwarder(source)
 
     def _free_topic(self, vhost: str, name: str, kind: str) -> str:
         """A topic name for a new object (see the module docstring)."""
@@ -1176,9 +1310,9 @@ def _binding_fields(
 ) -> dict[str, Any]:
     """The binding fields an exchange type routes on: the key for direct and topic, the
     arguments (with x-match) for headers, nothing for fanout."""
-    if source.type == "headers":
+    if source.route_type == "headers":
         return {"arguments": _routable_headers(arguments)}
-    if source.type == "fanout":
+    if source.route_type == "fanout":
         return {}
     return {"key": key}
 
