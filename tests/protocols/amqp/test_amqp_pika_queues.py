@@ -706,3 +706,23 @@ def test_delayed_messages_wait_across_a_restart(tmp_path: Path) -> None:
         got = _eventually(lambda: channel.basic_get("due", auto_ack=True)[2])
         assert got == b"held"
         connection.close()
+
+
+def test_properties_come_back_byte_for_byte(server: Server) -> None:
+    # Stored as the client sent them, properties come back exact: py-amqp (kombu's and
+    # Celery's transport) sends floats as 64-bit doubles, which a re-encoding by pamqp
+    # would narrow to 32 bits (0.1 would come back 0.10000000149011612).
+    import amqp  # py-amqp, installed with kombu
+
+    connection = amqp.Connection(f"127.0.0.1:{server.port}")
+    connection.connect()
+    try:
+        channel = connection.channel()
+        channel.queue_declare("exact")
+        headers = {"ratio": 0.1, "big": 2**40, "small": 5, "flag": True, "s": "t"}
+        channel.basic_publish(amqp.Message(b"x", application_headers=headers), "", "exact")
+        message = channel.basic_get("exact", no_ack=True)
+        assert message is not None
+        assert message.headers == headers
+    finally:
+        connection.close()

@@ -162,6 +162,7 @@ class Channel:
         # The message being received: its method, properties, size and body so far.
         self._method: base.Frame | None = None
         self._properties: commands.Basic.Properties | None = None
+        self._property_bytes: bytes | None = None
         self._body_size = 0
         self._parts: list[bytes] = []
         self._received = 0
@@ -248,6 +249,7 @@ class Channel:
                 *ids(method),
             )
         self._properties = value.properties
+        self._property_bytes = getattr(value, "property_bytes", None)
         self._body_size = value.body_size
         if value.body_size == 0:
             return self._complete(now_ms, out)
@@ -276,7 +278,7 @@ class Channel:
     def _complete(self, now_ms: int, out: list[Outbound]) -> ChannelState:
         method, properties = self._method, self._properties
         assert method is not None and properties is not None
-        content = Content(properties, b"".join(self._parts))
+        content = Content(properties, b"".join(self._parts), self._property_bytes)
         self._forget_content()
         self._call(method, content, now_ms, out)
         return ChannelState.OPEN
@@ -295,6 +297,7 @@ class Channel:
 
     def _forget_content(self) -> None:
         self._method = self._properties = None
+        self._property_bytes = None
         self._body_size = self._received = 0
         self._parts = []
 

@@ -41,6 +41,8 @@ from .errors import AmqpError, ReplyCode
 PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 """AMQP 0-9-1's protocol header; also our answer to a client that sent any other."""
 FRAME_HEADER = struct.Struct(">BHI")  # type, channel, payload size
+CONTENT_HEADER_FIXED_BYTES = 12
+"""A content header's class id, weight and body size, before its property list."""
 FRAME_END: Final = spec.FRAME_END
 FRAME_OVERHEAD_BYTES: Final = FRAME_HEADER.size + 1
 """A frame's bytes besides its payload: the 7-byte header and the frame-end octet."""
@@ -162,6 +164,11 @@ def decode(raw: Frame, frame_max_bytes: int) -> tuple[int, Inbound]:
         reason = exc.args[1] if isinstance(exc, exceptions.UnmarshalingException) else exc
         raise AmqpError(ReplyCode.SYNTAX_ERROR, f"cannot decode frame: {reason}", 0, 0) from exc
     assert not isinstance(value, header.ProtocolHeader)  # the type byte ruled it out
+    if frame_type == spec.FRAME_HEADER:
+        # The property list as the client encoded it, kept with the message: stored as it
+        # is, it comes back byte for byte (pamqp re-encoding would narrow 64-bit floats
+        # and ints, and refuse some values it decoded), and costs nothing to encode.
+        value.property_bytes = bytes(raw[FRAME_HEADER.size + CONTENT_HEADER_FIXED_BYTES : -1])  # type: ignore[union-attr]
     return channel, value
 
 

@@ -1066,7 +1066,7 @@ class ClientConnection(MethodTable):
             seq = context.next_seq
             context.next_seq += 1
         durability = Durability.FSYNCED if context.confirming else Durability.WRITTEN
-        properties, body = call.content
+        properties, body, property_bytes = call.content
         model = self._model
         self._admit(call, method, properties, len(body))
         refused = False
@@ -1083,7 +1083,13 @@ class ClientConnection(MethodTable):
                 self.backend.upkeep(queue)
         try:
             publication = self._model.publish(
-                call.connection.vhost, method, properties, body, durability, call.now_ms
+                call.connection.vhost,
+                method,
+                properties,
+                body,
+                durability,
+                call.now_ms,
+                property_bytes,
             )
         except KafkaError as exc:
             if isinstance(exc, StorageError):
@@ -1170,7 +1176,7 @@ class ClientConnection(MethodTable):
         from pamqp import header as pheader
 
         assert call.content is not None
-        properties, data = call.content
+        properties, data, _ = call.content
         out.append(pheader.ContentHeader(0, len(data), properties))
         step = max(1, self.frame_max - 8)
         for start in range(0, len(data), step):

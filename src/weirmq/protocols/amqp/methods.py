@@ -51,6 +51,8 @@ class Content(NamedTuple):
 
     properties: commands.Basic.Properties
     body: bytes
+    property_bytes: bytes | None = None
+    """The property list as the client encoded it (framing.decode keeps it)."""
 
 
 @dataclass(frozen=True, slots=True)

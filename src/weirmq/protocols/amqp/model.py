@@ -924,13 +924,15 @@ class AmqpModel:
         body: bytes,
         durability: Durability,
         now_ms: int,
+        property_bytes: bytes | None = None,
     ) -> Publication:
         """Append one message where `method` says; raises AmqpError (404 for a missing
-        exchange, 403 for an internal one) or KafkaError (the log refused it)."""
+        exchange, 403 for an internal one) or KafkaError (the log refused it).
+        `property_bytes`: the property list as the client sent it (stored as it is)."""
         name, key = method.exchange, method.routing_key
         if properties.expiration is not None:
             _check_expiration(properties.expiration)
-        headers = record_headers(name, key, properties)
+        headers = record_headers(name, key, properties, property_bytes=property_bytes)
         batch = encode_batch([Record(body, None, tuple(headers), now_ms)])
         broker = self._broker
         if name == DEFAULT_EXCHANGE:
