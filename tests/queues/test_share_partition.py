@@ -430,3 +430,13 @@ def test_states_round_trip_through_json() -> None:
 def test_bad_documents_are_refused(document: dict[str, object]) -> None:
     with pytest.raises(InvalidShareStateError):
         ShareState.from_document(document)
+
+
+def test_acquire_offsets_takes_exactly_those_and_leaves_the_others_available() -> None:
+    p = fresh(ShareConfig(retry_backoff_ms=0))
+    result = p.acquire_offsets("m", [2, 5, 6], now_ms=0)
+    assert [(r.first_offset, r.last_offset) for r in result.ranges] == [(2, 2), (5, 6)]
+    # the offsets skipped are available (not archived as gaps), delivered next in order
+    assert p.next_fetch_offset(0) == 0
+    again = p.acquire_offsets("n", [0, 1, 2, 3, 4], now_ms=0)
+    assert [(r.first_offset, r.last_offset) for r in again.ranges] == [(0, 1), (3, 4)]

@@ -423,6 +423,28 @@ class ShareService(ShareListener):
         entry, partition = found
         return self._acquire_one(key, entry, partition, member_id, max_records, max_bytes, now_ms)
 
+    def acquire_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        topic_id: uuid.UUID,
+        index: int,
+        offsets: Sequence[int],
+        now_ms: int,
+    ) -> list[AcquiredRange]:
+        """Acquire exactly these ready offsets (ascending) of one queue for `member_id`
+        (a queue choosing its messages out of order); the ranges acquired."""
+        key = ShareKey(group_id, topic_id, index)
+        found = self._state(key, now_ms)
+        if found is None:
+            return []
+        entry, partition = found
+        below = [o for o in offsets if o < partition.high_watermark]
+        result = entry.partition.acquire_offsets(member_id, below, now_ms)
+        self._after_step(key, entry, result.delta, result.dead_letters)
+        entry.stats.delivered += result.count
+        return list(result.ranges)
+
     def release(self, group_id: str, member_id: str, now_ms: int) -> None:
         """Make available again what `member_id` holds in the group (an AMQP channel
         closed), and wake the group's waiters."""

@@ -299,6 +299,32 @@ class SharePartition:
         delta, dead = self._finish()
         return AcquireResult(_merge_acquired(acquired), delta, dead)
 
+    def acquire_offsets(
+        self, member_id: str, offsets: Sequence[int], now_ms: int
+    ) -> AcquireResult:
+        """Acquire for `member_id` exactly these offsets (ascending) where they are
+        acquirable, each holding a record (the caller read them): a queue that picks its
+        next messages out of order (AMQP's priority queues). Fresh offsets up to the
+        highest are taken into the window as available, never archived as gaps; the
+        window's bound applies (offsets past it are left)."""
+        assert member_id, "a member id is required"
+        self._begin(now_ms)
+        acquired: list[AcquiredRange] = []
+        wanted = [o for o in offsets if o >= self._start]
+        if wanted:
+            top = min(wanted[-1], self._start + self.config.max_record_locks - 1)
+            end = self.end_offset
+            if top >= end:
+                self._runs.append(InFlightRange(end, top, AVAILABLE, 0))
+            for offset in wanted:
+                if offset > top:
+                    break
+                run = self._runs[self._index_of(offset)]
+                if run.state is AVAILABLE and run.deadline_ms <= now_ms:
+                    self._acquire_range(member_id, offset, offset, now_ms, acquired)
+        delta, dead = self._finish()
+        return AcquireResult(_merge_acquired(acquired), delta, dead)
+
     def acknowledge(self, member_id: str, batches: Sequence[AckBatch], now_ms: int) -> AckResult:
         """Apply `member_id`'s acknowledgements. A batch naming any offset the member does
         not hold is refused whole (INVALID_RECORD_STATE); the other batches apply."""

@@ -726,3 +726,22 @@ def test_properties_come_back_byte_for_byte(server: Server) -> None:
         assert message.headers == headers
     finally:
         connection.close()
+
+
+def test_priority_queue_delivers_the_highest_priority_first(server: Server) -> None:
+    connection = server.connect()
+    channel = connection.channel()
+    channel.queue_declare("urgent", arguments={"x-max-priority": 5})
+    channel.confirm_delivery()
+    for body, priority in [(b"p1", 1), (b"p9", 9), (b"p3", 3), (b"none", None), (b"p5", 5)]:
+        channel.basic_publish("", "urgent", body, pika.BasicProperties(priority=priority))
+    # basic.get: 9 counts as 5 (the queue's maximum), first of the two published first
+    assert channel.basic_get("urgent", auto_ack=True)[2] == b"p9"
+    got: list[bytes] = []
+    channel.basic_qos(prefetch_count=1)
+    channel.basic_consume(
+        "urgent", lambda ch, m, p, b: (got.append(b), ch.basic_ack(m.delivery_tag))
+    )
+    _collect(connection, 4, got)
+    assert got == [b"p5", b"p3", b"p1", b"none"]
+    connection.close()

@@ -95,6 +95,9 @@ ROUTED_PRODUCERS_REFRESH_MS: Final = 1_000
 """How often, at most, the map of exchange producer ids is rebuilt for an unknown one."""
 EXCHANGE_NAME_DELIVERABLE_MAX: Final = 127
 """pamqp refuses longer exchange names in Basic.Deliver (and so does the spec's grammar)."""
+PRIORITY_LOOKAHEAD: Final = 1000
+"""Ready messages a priority queue looks at to choose the next by priority: bounds the
+work of one delivery; a message further back waits its turn in publish order."""
 _CONSUMER_SERIALS: Final = itertools.count()
 _FRAME_END: Final = b"\xce"
 _FRAME_HEAD: Final = struct.Struct(">BHI")
@@ -218,6 +221,10 @@ class QueueDispatcher:
         if self._task is not None:
             self._task.cancel()
 
+    def deliver(self, consumer: Consumer, credit: int) -> bool:
+        """Send `consumer` up to `credit` messages; False when the queue had none."""
+        return self._backend.deliver(consumer, credit)
+
     # The waiter protocol of `wait_any` (a Wakeable), for kicks.
     def add_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._kicked = waiter
@@ -263,7 +270,7 @@ class QueueDispatcher:
         if self.queue.single_active:
             active = min(consumers, key=lambda c: (-c.priority, c.serial))
             credit = active.credit()
-            return credit > 0 and self._backend.deliver(active, credit)
+            return credit > 0 and self.deliver(active, credit)
         for level in sorted({c.priority for c in consumers}, reverse=True):
             ready = [c for c in consumers if c.priority == level and c.credit() > 0]
             if not ready:
@@ -274,12 +281,26 @@ class QueueDispatcher:
                 credit = consumer.credit()
                 if credit <= 0:
                     continue
-                if not self._backend.deliver(consumer, credit):
+                if not self.deliver(consumer, credit):
                     break  # the queue is empty (for everyone)
                 delivered = True
             self._turn = (self._turn + 1) % len(ready)
             return delivered
         return False
+
+
+class PriorityDispatcher(QueueDispatcher):
+    """Delivers a priority queue's messages (`x-max-priority`): the highest priority
+    first, in publish order within one, among the first `PRIORITY_LOOKAHEAD` ready
+    messages of the queue (its order beyond them is the log's). The priorities read are
+    remembered by offset, so each message's headers are read once."""
+
+    def __init__(self, backend: AmqpBackend, queue: QueueDef) -> None:
+        super().__init__(backend, queue)
+        self.priorities: dict[int, int] = {}
+
+    def deliver(self, consumer: Consumer, credit: int) -> bool:
+        return self._backend.deliver_by_priority(self, consumer, credit)
 
 
 class StreamDispatcher(QueueDispatcher):
@@ -435,9 +456,95 @@ class AmqpBackend:
     def dispatcher(self, queue: QueueDef) -> QueueDispatcher:
         found = self.dispatchers.get(queue.topic)
         if found is None or found.queue is not queue:
-            kind = StreamDispatcher if queue.is_stream else QueueDispatcher
+            kind: type[QueueDispatcher] = QueueDispatcher
+            if queue.is_stream:
+                kind = StreamDispatcher
+            elif queue.max_priority:
+                kind = PriorityDispatcher
             found = self.dispatchers[queue.topic] = kind(self, queue)
         return found
+
+    def deliver_by_priority(
+        self, dispatcher: PriorityDispatcher, consumer: Consumer, credit: int
+    ) -> bool:
+        """`deliver` for a priority queue: pick the next messages by priority among the
+        first ready ones, acquire exactly those, send them highest first."""
+        queue, channel = consumer.queue, consumer.channel
+        shares = self.broker.shares
+        now = self.broker.clock()
+        known = dispatcher.priorities
+        got = self.acquire_by_priority(queue, channel.member_id, known, credit, now)
+        if not got:
+            return False
+        records = dict(shares.read_records(queue.topic_id, 0, sorted(got)))
+        frames: list[bytes] = []
+        expired: list[tuple[int, Record]] = []
+        for offset in sorted(got, key=lambda o: (-known.get(o, 0), o)):
+            record = records.get(offset)
+            if record is None:
+                continue
+            if self.model.expired(queue, record, now):
+                expired.append((offset, record))
+                continue
+            exchange, routing_key, properties = self.delivery_of(record, 0)
+            body = record.value or b""
+            tag = channel.next_tag
+            channel.next_tag += 1
+            frames.append(
+                encode(
+                    channel.number,
+                    commands.Basic.Deliver(
+                        consumer_tag=consumer.tag,
+                        delivery_tag=tag,
+                        redelivered=got[offset] > 1,
+                        exchange=exchange,
+                        routing_key=routing_key,
+                    ),
+                )
+            )
+            frames.append(content_header_frame(channel.number, len(body), properties))
+            frames.extend(_body_frames(channel.number, body, channel.connection.frame_max))
+            if consumer.no_ack:
+                self.settle(queue, channel.member_id, [offset], AckType.ACCEPT)
+            else:
+                channel.unacked[tag] = Pending(queue, offset, consumer)
+                consumer.unacked += 1
+        if expired:
+            self.expire_acquired(queue, channel.member_id, expired, now)
+        if frames:
+            channel.connection.sender.send(b"".join(frames), "deliver")
+        return True
+
+    def acquire_by_priority(
+        self, queue: QueueDef, member_id: str, known: dict[int, int], count: int, now_ms: int
+    ) -> dict[int, int]:
+        """Acquire the `count` ready messages of highest priority among the first
+        `PRIORITY_LOOKAHEAD` (`known` remembers priorities by offset); their delivery
+        counts by offset."""
+        shares = self.broker.shares
+        ranges = shares.ready_offsets(queue.group_id, queue.topic_id, 0, PRIORITY_LOOKAHEAD)
+        ready = [
+            offset
+            for first, last in ranges
+            for offset in range(first, min(last, first + PRIORITY_LOOKAHEAD - 1) + 1)
+        ][:PRIORITY_LOOKAHEAD]
+        if not ready:
+            return {}
+        unknown = [offset for offset in ready if offset not in known]
+        if unknown:
+            for offset, record in shares.read_records(queue.topic_id, 0, unknown):
+                known[offset] = _priority_of(record, queue.max_priority)
+        for offset in [o for o in known if o < ready[0]]:
+            del known[offset]  # settled or taken: below the first ready message
+        chosen = sorted(sorted(ready, key=lambda o: (-known.get(o, 0), o))[:count])
+        acquired = shares.acquire_offsets(
+            queue.group_id, member_id, queue.topic_id, 0, chosen, now_ms
+        )
+        return {
+            offset: r.delivery_count
+            for r in acquired
+            for offset in range(r.first_offset, r.last_offset + 1)
+        }
 
     def deliver_stream(self, consumer: Consumer, credit: int) -> bool:
         """Send a stream consumer up to `credit` messages from its offset, each with its
@@ -938,7 +1045,20 @@ class ClientConnection(MethodTable):
             )
         broker = self._broker
         queue.last_used_ms = call.now_ms
-        while True:
+        while queue.max_priority:
+            known: dict[int, int] = {}
+            got = self.backend.acquire_by_priority(queue, context.member_id, known, 1, call.now_ms)
+            if not got:
+                return (commands.Basic.GetEmpty(),)
+            ((offset, delivery_count),) = got.items()
+            ((_, found),) = broker.shares.read_records(queue.topic_id, 0, [offset])
+            if found is None:
+                continue
+            record, producer_id = found, 0
+            if not self._model.expired(queue, record, call.now_ms):
+                break
+            self.backend.expire_acquired(queue, context.member_id, [(offset, record)], call.now_ms)
+        while not queue.max_priority:
             acquired = broker.shares.acquire_one(
                 queue.group_id,
                 context.member_id,
@@ -1291,6 +1411,20 @@ def _acquired_messages(acquired: object) -> Iterator[tuple[int, int, Record, int
                     Record(copy.value, copy.key, tuple(copy.headers), copy.timestamp),
                     header.producer_id,
                 )
+
+
+def _priority_of(record: Record | None, max_priority: int) -> int:
+    """A stored message's priority (its `priority` property, as the record's text copy),
+    capped at the queue's maximum as RabbitMQ caps it; 0 without one."""
+    if record is None:
+        return 0
+    for name, value in record.headers:
+        if name == "priority" and value is not None:
+            try:
+                return max(0, min(int(value), max_priority))
+            except ValueError:
+                return 0
+    return 0
 
 
 def _consumer_priority(arguments: Mapping[str, object], queue: QueueDef) -> int:

@@ -117,12 +117,12 @@ SUPPORTED_ARGUMENTS: Final = frozenset(
         "x-dead-letter-routing-key",
         "x-dead-letter-strategy",
         "x-single-active-consumer",
+        "x-max-priority",
     }
 )
 NOT_YET_ARGUMENTS: Final = frozenset(
     {
         "x-max-length-bytes",
-        "x-max-priority",
         "x-queue-mode",
         "x-queue-master-locator",
         "x-queue-leader-locator",
@@ -139,6 +139,9 @@ in milliseconds (Celery's delayed delivery declares TTLs up to 2**27 seconds).""
 EXPIRE_SCAN_MAX: Final = 1000
 """Messages one expiry pass looks at from a queue's head (the next pass follows at once
 when they had all expired): bounds the work of one turn of the loop."""
+PRIORITY_MAX: Final = 255
+"""RabbitMQ's bound for x-max-priority (it advises 10 at most; every level costs it a
+queue, and here nothing: levels are only an order of delivery)."""
 QUEUE_TYPES: Final = frozenset({"classic", "quorum"})
 
 
@@ -190,6 +193,11 @@ class QueueDef:
     def dead_letter_exchange(self) -> str | None:
         value = self.arguments.get("x-dead-letter-exchange")
         return value if isinstance(value, str) else None
+
+    @property
+    def max_priority(self) -> int:
+        """`x-max-priority` (0: not a priority queue)."""
+        return self._int_argument("x-max-priority") or 0
 
     @property
     def single_active(self) -> bool:
@@ -1209,6 +1217,8 @@ def _checked_arguments(label: str, arguments: Mapping[str, Any]) -> ShareConfig:
                 raise invalid(
                     key, f"{_shown(value)} is not one of {', '.join(sorted(OVERFLOW_MODES))}"
                 )
+        elif key == "x-max-priority":
+            whole(key, value, 1, PRIORITY_MAX)
         elif key == "x-single-active-consumer" and not isinstance(value, bool):
             raise invalid(key, f"{{unacceptable_type,{_shown(value)}}}")
         elif key == "x-dead-letter-strategy":
