@@ -122,6 +122,7 @@ def test_a_fast_publisher_is_blocked_at_the_backlog_bound_then_unblocked(
             connection.add_on_connection_blocked_callback(on_blocked)
             connection.add_on_connection_unblocked_callback(on_unblocked)
             connection.ioloop.start()
+            connection.ioloop.close()  # its wake-up socket pair
         except BaseException as exc:  # reported by the main thread
             failures.append(exc)
         finally:

@@ -59,7 +59,7 @@ from ...broker.partition import Durability, Partition, wait_any
 from ...broker.shares import AckType
 from ...errors import KafkaError
 from ...flow.admission import Admission, Kind
-from ...records.batch import ATTR_CONTROL, HEADER_BYTES, Record, parse_header
+from ...records.batch import ATTR_CONTROL, HEADER_BYTES, Record, encode_batch, parse_header
 from ...records.codec import read_records
 from ...storage.errors import StorageError
 from ...types import RequestContext
@@ -95,6 +95,13 @@ ROUTED_PRODUCERS_REFRESH_MS: Final = 1_000
 """How often, at most, the map of exchange producer ids is rebuilt for an unknown one."""
 EXCHANGE_NAME_DELIVERABLE_MAX: Final = 127
 """pamqp refuses longer exchange names in Basic.Deliver (and so does the spec's grammar)."""
+_SETTLING_METHODS: Final = frozenset(
+    {commands.Basic.Ack, commands.Basic.Nack, commands.Basic.Reject}
+)
+PUBLISH_BATCH_RECORDS_MAX: Final = 1000
+PUBLISH_BATCH_BYTES_MAX: Final = 1024 * 1024
+"""One append of gathered publishes holds at most this many messages and about this many
+bytes (a topic made by Kafka clients takes batches of 1 MB by default)."""
 PRIORITY_LOOKAHEAD: Final = 1000
 """Ready messages a priority queue looks at to choose the next by priority: bounds the
 work of one delivery; a message further back waits its turn in publish order."""
@@ -161,6 +168,19 @@ class Consumer:
             room = min(room, channel.global_prefetch - len(channel.unacked))
         return min(room, UNACKED_MAX - len(channel.unacked))
 
+    def batch_credit(self) -> int:
+        """`credit`, once there is enough of it to be worth a turn: a quarter of the
+        prefetch window (up to `DELIVER_BATCH_MAX`), so that a consumer acking one message
+        at a time is sent messages a few at a time, not one read of the log per ack. A
+        consumer holding nothing is always served (nothing waits on a partial window)."""
+        credit = self.credit()
+        if credit <= 0 or self.no_ack or self.unacked == 0:
+            return credit
+        window = self.prefetch or self.channel.global_prefetch
+        if not window:
+            return credit
+        return credit if credit >= max(1, min(window, DELIVER_BATCH_MAX) // 4) else 0
+
 
 @dataclass(slots=True)
 class Pending:
@@ -186,6 +206,20 @@ class ChannelContext:
     unconfirmed: deque[tuple[int, Partition | None, int]] = field(default_factory=deque)
     confirm_task: asyncio.Task[None] | None = None
     closed: bool = False
+
+
+@dataclass(slots=True)
+class _Publish:
+    """A publish checked and encoded, waiting for its connection's flush."""
+
+    context: ChannelContext
+    seq: int
+    """Its confirm's delivery tag (0 when the channel does not confirm)."""
+    partition: Partition | None
+    record: Record
+    durability: Durability
+    ok: bool
+    """False: confirmed with a nack whatever happens (a reject-publish queue was full)."""
 
 
 class QueueDispatcher:
@@ -269,16 +303,16 @@ class QueueDispatcher:
             return False
         if self.queue.single_active:
             active = min(consumers, key=lambda c: (-c.priority, c.serial))
-            credit = active.credit()
+            credit = active.batch_credit()
             return credit > 0 and self.deliver(active, credit)
         for level in sorted({c.priority for c in consumers}, reverse=True):
-            ready = [c for c in consumers if c.priority == level and c.credit() > 0]
+            ready = [c for c in consumers if c.priority == level and c.batch_credit() > 0]
             if not ready:
                 continue
             delivered = False
             for step in range(len(ready)):
                 consumer = ready[(self._turn + step) % len(ready)]
-                credit = consumer.credit()
+                credit = consumer.batch_credit()
                 if credit <= 0:
                     continue
                 if not self.deliver(consumer, credit):
@@ -767,6 +801,12 @@ class ClientConnection(MethodTable):
         self.definitions_changed = False
         """A binding changed while handling the current frame: the session answers once
         it is durable."""
+        self._publishing: list[_Publish] = []
+        """Publishes not appended yet (`flush_publishes`, at the end of this turn)."""
+        self._publish_scheduled = False
+        self._settling: dict[tuple[QueueDef, str, AckType], list[int]] = {}
+        """Acknowledgements not applied yet (`flush_settles`, at the end of this turn)."""
+        self._settle_scheduled = False
         self._closed = False
         model, broker = backend.model, backend.broker
         self._model = model
@@ -793,7 +833,22 @@ class ClientConnection(MethodTable):
             commands.Basic.RecoverAsync: self._basic_recover_async,
             commands.Confirm.Select: self._confirm_select,
         }.items():
-            self.register(method, handler)
+            self.register(
+                method, handler if method in _SETTLING_METHODS else self._after_settles(handler)
+            )
+
+    def _after_settles(self, handler: Callable[[Call], Reaction]) -> Callable[[Call], Reaction]:
+        """Acks gathered for a batch are applied before any other method is handled, so
+        every method sees the acks sent before it (a declare's counts, a get)."""
+
+        def handle(call: Call) -> Reaction:
+            if self._publishing:
+                self.flush_publishes()
+            if self._settling:
+                self.flush_settles()
+            return handler(call)
+
+        return handle
 
     # --- the state machine's hooks -------------------------------------------------------
 
@@ -821,6 +876,8 @@ class ClientConnection(MethodTable):
                 self.backend.kick(consumer.queue)
 
     def _close_channel(self, context: ChannelContext) -> None:
+        self.flush_publishes()  # what it published is stored
+        self.flush_settles()  # what it acknowledged stays acknowledged
         context.closed = True
         for consumer in list(context.consumers.values()):
             self._end_consumer(consumer)
@@ -1142,8 +1199,23 @@ class ClientConnection(MethodTable):
             if pending.consumer is not None:
                 pending.consumer.unacked -= 1
         for queue, offsets in by_queue.items():
-            if not queue.is_stream:  # a stream's acks are credit only
-                self.backend.settle(queue, context.member_id, offsets, ack)
+            if queue.is_stream:  # a stream's acks are credit only
+                self.backend.kick(queue)
+                continue
+            key = (queue, context.member_id, ack)
+            self._settling.setdefault(key, []).extend(offsets)
+        if self._settling and not self._settle_scheduled:
+            self._settle_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush_settles)
+
+    def flush_settles(self) -> None:
+        """Apply the acknowledgements gathered since the last flush, one step per queue
+        and kind: a client acking each message sends many acks in one read, and each
+        step writes the queue's state log once, so this turns N writes into one."""
+        self._settle_scheduled = False
+        settling, self._settling = self._settling, {}
+        for (queue, member_id, ack), offsets in settling.items():
+            self.backend.settle(queue, member_id, offsets, ack)
             self.backend.kick(queue)
 
     def _basic_recover(self, call: Call) -> Reaction:
@@ -1158,6 +1230,7 @@ class ClientConnection(MethodTable):
         """Redeliver every unacknowledged delivery of the channel (requeue=true is the
         only form RabbitMQ implements, and so here)."""
         context = self._channel(call)
+        self.flush_settles()
         held = {
             pending.queue for pending in context.unacked.values() if not pending.queue.is_stream
         }
@@ -1201,36 +1274,11 @@ class ClientConnection(MethodTable):
             refused = bool(full)
             for queue in full:
                 self.backend.upkeep(queue)
-        try:
-            publication = self._model.publish(
-                call.connection.vhost,
-                method,
-                properties,
-                body,
-                durability,
-                call.now_ms,
-                property_bytes,
-            )
-        except KafkaError as exc:
-            if isinstance(exc, StorageError):
-                # The log cannot take writes now (free disk below its floor, a failed
-                # fsync): hold this connection's publishers until it can again, as
-                # RabbitMQ blocks publishers on a disk alarm.
-                self.sender.block_publishes(
-                    "the broker cannot store messages now",
-                    lambda: self._broker.resources.publish_refusal is None,
-                )
-            if not context.confirming:
-                if isinstance(exc, StorageError):
-                    log.warning("AMQP publish to %r not stored: %s", method.exchange, exc)
-                    return ()
-                raise AmqpError(
-                    ReplyCode.PRECONDITION_FAILED, f"message not stored: {exc}"
-                ) from None
-            log.info("AMQP publish to %r not stored: %s", method.exchange, exc)
-            return self._confirm(context, seq, None, None, ok=False)
+        prepared = model.prepare(
+            call.connection.vhost, method, properties, body, call.now_ms, property_bytes
+        )
         out: list[Outbound] = []
-        if method.mandatory and not publication.routed:
+        if method.mandatory and not prepared.routed:
             out.append(
                 commands.Basic.Return(
                     reply_code=int(ReplyCode.NO_ROUTE),
@@ -1240,17 +1288,75 @@ class ClientConnection(MethodTable):
                 )
             )
             self._return_content(call, out)
-        if context.confirming:
-            out.extend(
-                self._confirm(
-                    context,
-                    seq,
-                    publication.partition,
-                    publication.durable_offset,
-                    ok=not refused,
-                )
-            )
+        if prepared.partition is None and not context.confirming:
+            return out  # no queue by that name: dropped, as RabbitMQ drops it
+        self._publishing.append(
+            _Publish(context, seq, prepared.partition, prepared.record, durability, not refused)
+        )
+        if not self._publish_scheduled:
+            self._publish_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush_publishes)
         return out
+
+    def flush_publishes(self) -> None:
+        """Append the publishes gathered since the last flush, in order: consecutive ones
+        to one partition as one batch (a pipelining publisher sends dozens per read, and
+        one append and one routing step for them all costs a fraction of one each), then
+        queue their confirms behind the batch's fsync."""
+        self._publish_scheduled = False
+        pending, self._publishing = self._publishing, []
+        replies: dict[ChannelContext, list[Outbound]] = {}
+        start = 0
+        while start < len(pending):
+            first = pending[start]
+            end, size = start + 1, len(first.record.value or b"")
+            while end < len(pending) and pending[end].partition is first.partition:
+                size += len(pending[end].record.value or b"")
+                if size > PUBLISH_BATCH_BYTES_MAX or end - start >= PUBLISH_BATCH_RECORDS_MAX:
+                    break
+                end += 1
+            group, start = pending[start:end], end
+            self._append_group(group, replies)
+        for context, frames in replies.items():
+            if frames and not context.closed:
+                self.sender.send(b"".join(encode(context.number, f) for f in frames), "confirm")
+
+    def _append_group(
+        self, group: list[_Publish], replies: dict[ChannelContext, list[Outbound]]
+    ) -> None:
+        partition = group[0].partition
+        durable_partition: Partition | None = None
+        durable_offset: int | None = None
+        ok = True
+        if partition is not None:
+            durability = max(p.durability for p in group)
+            try:
+                published = partition.publish(encode_batch([p.record for p in group]), durability)
+                durable_partition = published.durable_partition or partition
+                durable_offset = published.durable_offset
+            except KafkaError as exc:
+                ok = False
+                log.warning("AMQP publishes to %s not stored: %s", partition.tp, exc)
+                if isinstance(exc, StorageError):
+                    # The log cannot take writes now (free disk below its floor, a failed
+                    # fsync): hold this connection's publishers until it can again, as
+                    # RabbitMQ blocks publishers on a disk alarm.
+                    self.sender.block_publishes(
+                        "the broker cannot store messages now",
+                        lambda: self._broker.resources.publish_refusal is None,
+                    )
+        for publish in group:
+            context = publish.context
+            if not context.confirming or context.closed:
+                continue
+            try:
+                frames = self._confirm(
+                    context, publish.seq, durable_partition, durable_offset, ok=ok and publish.ok
+                )
+            except AmqpError as error:  # too many confirms pending: that channel goes
+                frames = []
+                replies.setdefault(context, []).extend(self._close_from_server(context, error))
+            replies.setdefault(context, []).extend(frames)
 
     def _admit(
         self,
@@ -1290,6 +1396,14 @@ class ClientConnection(MethodTable):
             )
         elif decision.throttle_ms > 0:
             sender.throttle(decision.throttle_ms)
+
+    def _close_from_server(self, context: ChannelContext, error: AmqpError) -> list[Outbound]:
+        """A channel error found outside its handler (a confirm backlog over its bound):
+        logged; the channel's confirms stop (its publisher sees no more acks and times
+        out), as a channel that cannot be told stays consistent."""
+        log.warning("AMQP channel %d: %s", context.number, error)
+        context.confirming = False
+        return []
 
     def _return_content(self, call: Call, out: list[Outbound]) -> None:
         from pamqp import body as pbody

@@ -278,6 +278,17 @@ class ExchangeDef:
 
 
 @dataclass(frozen=True, slots=True)
+class Prepared:
+    """A publish checked and encoded, not yet appended."""
+
+    routed: bool
+    """Some queue gets it (for `mandatory`)."""
+    partition: Partition | None
+    """Where it is appended (None: nowhere, an unroutable default-exchange publish)."""
+    record: Record
+
+
+@dataclass(frozen=True, slots=True)
 class Publication:
     """Where a publish went."""
 
@@ -937,19 +948,38 @@ class AmqpModel:
         """Append one message where `method` says; raises AmqpError (404 for a missing
         exchange, 403 for an internal one) or KafkaError (the log refused it).
         `property_bytes`: the property list as the client sent it (stored as it is)."""
+        prepared = self.prepare(vhost, method, properties, body, now_ms, property_bytes)
+        if prepared.partition is None:
+            return Publication(False, None, None)
+        published = prepared.partition.publish(encode_batch([prepared.record]), durability)
+        return Publication(
+            prepared.routed,
+            published.durable_partition or prepared.partition,
+            published.durable_offset,
+        )
+
+    def prepare(
+        self,
+        vhost: str,
+        method: commands.Basic.Publish,
+        properties: commands.Basic.Properties,
+        body: bytes,
+        now_ms: int,
+        property_bytes: bytes | None = None,
+    ) -> Prepared:
+        """Where a publish goes and the record it is, checked (raises as `publish`) but
+        not appended: a connection appends the publishes of one read together (one batch
+        per partition, handlers.py)."""
         name, key = method.exchange, method.routing_key
         if properties.expiration is not None:
             _check_expiration(properties.expiration)
         headers = record_headers(name, key, properties, property_bytes=property_bytes)
-        batch = encode_batch([Record(body, None, tuple(headers), now_ms)])
         broker = self._broker
         if name == DEFAULT_EXCHANGE:
             queue = self._queues.get((vhost, key))
             partition = None if queue is None else broker.partition(queue.topic, 0)
-            if partition is None:
-                return Publication(False, None, None)
-            published = partition.publish(batch, durability)
-            return Publication(True, partition, published.durable_offset)
+            record = Record(body, None, tuple(headers), now_ms)
+            return Prepared(partition is not None, partition, record)
         exchange = self.exchange(vhost, name)
         if exchange is None:
             raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
@@ -961,7 +991,7 @@ class AmqpModel:
         if exchange.type == DELAYED_TYPE:
             delay = (properties.headers or {}).get("x-delay")
             if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
-                return self._publish_delayed(exchange, body, headers, delay, durability, now_ms)
+                return self._prepare_delayed(exchange, body, headers, delay, now_ms)
         routed = True
         if method.mandatory:
             try:
@@ -978,18 +1008,16 @@ class AmqpModel:
         partition = broker.partition(exchange.topic, index)
         if partition is None:
             raise AmqpError(ReplyCode.NOT_FOUND, f"no exchange '{name}' in vhost '{vhost}'")
-        published = partition.publish(batch, durability)
-        return Publication(routed, partition, published.durable_offset)
+        return Prepared(routed, partition, Record(body, None, tuple(headers), now_ms))
 
-    def _publish_delayed(
+    def _prepare_delayed(
         self,
         exchange: ExchangeDef,
         body: bytes,
         headers: list[tuple[str, bytes]],
         delay_ms: int,
-        durability: Durability,
         now_ms: int,
-    ) -> Publication:
+    ) -> Prepared:
         """Hold a message for `delay_ms` in the exchange's holding topic (the delays
         service appends it there when due; the forwarder then routes it). Mandatory is
         not checked for delayed messages, as the RabbitMQ plugin does not."""
@@ -998,9 +1026,7 @@ class AmqpModel:
         if partition is None:
             raise AmqpError(ReplyCode.NOT_FOUND, f"{exchange.label()} lost its holding topic")
         held = [*headers, ("weirmq.delay.ms", str(min(delay_ms, DELAY_MAX_MS)).encode())]
-        batch = encode_batch([Record(body, None, tuple(held), now_ms)])
-        published = partition.publish(batch, durability)
-        return Publication(True, published.durable_partition or partition, published.durable_offset)
+        return Prepared(True, partition, Record(body, None, tuple(held), now_ms))
 
     # --- helpers ----------------------------------------------------------------------------
 
