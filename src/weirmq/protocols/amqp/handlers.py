@@ -96,8 +96,10 @@ ROUTED_PRODUCERS_REFRESH_MS: Final = 1_000
 EXCHANGE_NAME_DELIVERABLE_MAX: Final = 127
 """pamqp refuses longer exchange names in Basic.Deliver (and so does the spec's grammar)."""
 _SETTLING_METHODS: Final = frozenset(
-    {commands.Basic.Ack, commands.Basic.Nack, commands.Basic.Reject}
+    {commands.Basic.Ack, commands.Basic.Nack, commands.Basic.Reject, commands.Basic.Publish}
 )
+"""The methods gathered for a flush at the end of the turn (every other one first applies
+what was gathered before it, so it sees it)."""
 PUBLISH_BATCH_RECORDS_MAX: Final = 1000
 PUBLISH_BATCH_BYTES_MAX: Final = 1024 * 1024
 """One append of gathered publishes holds at most this many messages and about this many
