@@ -15,10 +15,9 @@ What WeirMQ promises, and where each promise comes from (so the tests claim no m
   acquired, so after any restart an unacknowledged delivery comes back with
   `redelivered` set (queues/persistence.py).
 - **Declarations.** A queue or exchange is a topic, created (topics.json fsynced) before
-  its DeclareOk; a binding is a record of `__weirmq_routing`, written before BindOk. The
-  AMQP bind does not wait for that record's fsync (the Kafka config path does, with
-  `Exchanges.definitions_durable`), so a binding made just before a crash of the *machine*
-  can be lost; a kill -9 of the process cannot lose it, and that is what is tested.
+  its DeclareOk; a binding is a record of `__weirmq_routing`, and BindOk is sent once it
+  is fsynced (`Exchanges.definitions_durable`, as the Kafka config path waits). A kill -9
+  of the process is what is tested here (it cannot tell fsynced data from written data).
 
 The broker comes back on the same data directory and the same AMQP port (`restart`).
 Every wait is bounded: pika's blocking calls by its socket timeout, reading a queue by
@@ -239,11 +238,14 @@ def test_durable_declarations_and_bindings_survive_kill_9(broker: BrokerProcess)
         publish_confirmed(channel, exchange, "eu.paris", [b"through the binding"])
         publish_confirmed(channel, exchange, "us.nyc", [b"through the exchange binding"])
         got = get_all(channel, queue, 2)
-        assert seen(got) == [(b"through the binding", False),
-                             (b"through the exchange binding", False)]
-    with amqp_channel(broker) as channel, pytest.raises(
-        pika.exceptions.ChannelClosedByBroker
-    ) as refused:
+        assert seen(got) == [
+            (b"through the binding", False),
+            (b"through the exchange binding", False),
+        ]
+    with (
+        amqp_channel(broker) as channel,
+        pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused,
+    ):
         channel.queue_declare(queue, durable=False)
     assert refused.value.reply_code == 406  # it is still the durable queue
 

@@ -51,6 +51,7 @@ def test_the_handshake_offers_rabbitmqs_capabilities_and_limits() -> None:
         "connection.blocked",
         "authentication_failure_close",
         "per_consumer_qos",
+        "consumer_priorities",
     }
     assert properties["product"] == "WeirMQ"
     assert isinstance(properties["version"], str) and properties["version"]

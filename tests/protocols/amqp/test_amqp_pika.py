@@ -1,10 +1,12 @@
-"""Stage 1 against a real client: pika 1.x through the real connection pump.
+"""The AMQP connection layer against a real client: pika 1.x through the real pump.
 
-No `weirmq serve` yet (stage 2 wires the listener in): the test runs a
-`weirmq.server.connection.Listener` with the AMQP adapter on a loop in a thread, on a free
-loopback port, and pika's BlockingConnection talks to it. What stage 1 has is what is
-checked: the handshake and its refusals, channels, heartbeats both ways, Connection.Blocked,
-540 for the methods to come, and what a non-AMQP client gets.
+The test runs a `weirmq.server.connection.Listener` with the AMQP adapter and no broker
+behind its methods, on a loop in a thread, on a free loopback port, and pika's
+BlockingConnection talks to it. What is checked is the connection itself: the handshake
+and its refusals, channels, heartbeats both ways, Connection.Blocked, 540 for a method
+without a handler (what a broker-less table answers), and what a non-AMQP client gets.
+The broker behind the methods is tested in test_amqp_pika_queues.py and through
+`weirmq serve` in tests/integration/test_amqp_*.py.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def test_an_unknown_vhost_gets_530(server: Server) -> None:
     assert "530" in str(caught.value) and "vhost nope not found" in str(caught.value)
 
 
-def test_methods_of_stage_2_get_540(server: Server) -> None:
+def test_methods_without_a_handler_get_540(server: Server) -> None:
     connection = pika.BlockingConnection(server.parameters())
     channel = connection.channel()
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as caught:

@@ -480,6 +480,7 @@ def test_delivery_limit_dead_letters_after_the_last_redelivery(channel: Any) -> 
     channel.queue_declare("poison-dlq")
     channel.queue_declare(
         "poison",
+        durable=True,
         arguments={
             "x-queue-type": "quorum",
             "x-delivery-limit": 1,
@@ -744,4 +745,24 @@ def test_priority_queue_delivers_the_highest_priority_first(server: Server) -> N
     )
     _collect(connection, 4, got)
     assert got == [b"p5", b"p3", b"p1", b"none"]
+    connection.close()
+
+
+def test_quorum_queues_are_durable_and_shared(channel: Any) -> None:
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.queue_declare("q-transient", arguments={"x-queue-type": "quorum"})
+    assert refused.value.reply_code == 406
+    assert "invalid property 'non-durable' for queue 'q-transient'" in refused.value.reply_text
+
+
+def test_an_auto_delete_exchange_goes_with_its_last_queue(server: Server) -> None:
+    connection = server.connect()
+    channel = connection.channel()
+    channel.exchange_declare("fleeting", "fanout", auto_delete=True)
+    channel.queue_declare("bound-to-fleeting")
+    channel.queue_bind("bound-to-fleeting", "fleeting")
+    channel.queue_delete("bound-to-fleeting")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+        channel.exchange_declare("fleeting", passive=True)
+    assert gone.value.reply_code == 404
     connection.close()

@@ -1,6 +1,6 @@
 """AMQP 0-9-1, RabbitMQ's protocol: the second adapter of the connection pump.
 
-Stage 1 (this package today) is the connection without a broker behind it:
+The connection, and the broker behind its methods:
 
     framing      bytes to frames (AmqpFramer) and frames to pamqp objects (decode, encode)
     connection   AmqpConnection: handshake, tuning, heartbeats, close, flow; a state table
@@ -10,9 +10,15 @@ Stage 1 (this package today) is the connection without a broker behind it:
     config       AmqpConfig: the named limits, users, vhosts and capabilities
     errors       reply codes and AmqpError
     session      AmqpAdapter and AmqpSession: the contract the connection pump drives
+    model        exchanges and queues on topics: declarations, bindings, publishing
+    handlers     the exchange, queue, basic and confirm methods; deliveries, confirms
+    deadletter   dead-letter exchanges and x-death
+    mapping      an AMQP message as a record, and a record as a delivery
+    serve        the adapter as `weirmq serve` builds it from the settings
 
-Everything but `session` is sans-I/O: frames and the time in, frames and deadlines out.
-The codec is pamqp's; see docs/amqp.md for the state tables and reply codes.
+Everything but `session` and `handlers` (its delivery and confirm tasks) is sans-I/O:
+frames and the time in, frames and deadlines out. The codec is pamqp's; see docs/amqp.md
+for the state tables and reply codes.
 """
 
 from .config import AmqpConfig

@@ -1,7 +1,7 @@
 """What an AMQP listener offers its clients: limits, users, virtual hosts, capabilities.
 
 Every limit is named here with its unit and why it has its value; `AmqpConfig` carries
-them to each connection (stage 2 fills it from `weirmq.settings`). The defaults are
+them to each connection (`serve.amqp_config` fills it from `weirmq.settings`). The defaults are
 RabbitMQ's, so that a client tuned for RabbitMQ behaves the same against WeirMQ.
 
 Negotiation (Connection.Tune / TuneOk) can only lower what is offered here: a client asking
@@ -55,12 +55,12 @@ CAPABILITIES: Final[Mapping[str, bool]] = {
     "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
+    "consumer_priorities": True,
 }
 """What Connection.Start's `server_properties.capabilities` promises. Clients branch on
 these (pika, kombu and aio-pika read `publisher_confirms`, `basic.nack`,
 `consumer_cancel_notify`, `connection.blocked`), so each is a promise the broker must keep;
-RabbitMQ also lists `consumer_priorities` and `direct_reply_to`, which WeirMQ will list
-once it has them."""
+RabbitMQ also lists `direct_reply_to`, which WeirMQ will list once it has it."""
 
 MECHANISMS: Final = ("PLAIN", "AMQPLAIN")
 """SASL mechanisms offered, in preference order (Connection.Start's `mechanisms`)."""

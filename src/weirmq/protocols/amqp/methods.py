@@ -10,10 +10,11 @@ looked up here, by its AMQP class, then by its method:
     class 85 Confirm    select
     class 90 Tx         select, commit, rollback
 
-Stage 1 registers nothing, so each of them is answered 540 NOT_IMPLEMENTED (a connection
-error, as RabbitMQ answers a method it does not implement); stage 2 registers handlers
-backed by `routing/` and `queues/`. A method with content (Basic.Publish) is handed to its
-handler once its content header and every body frame have arrived.
+A table without a handler for a method answers it 540 NOT_IMPLEMENTED (a connection
+error, as RabbitMQ answers a method it does not implement): the Tx class today.
+`handlers.ClientConnection` is the table of a connection served by the broker. A method
+with content (Basic.Publish) is handed to its handler once its content header and every
+body frame have arrived.
 
 A handler is a plain function of one `Call` (the method, its content, the connection it
 came on, the time) returning the frames to send on that channel, in order: sans-I/O like

@@ -32,9 +32,10 @@ search for them): a passive declare of a missing object is 404; a redeclare with
 flags or arguments 406 "inequivalent arg"; names starting with `amq.` are reserved (403);
 an exclusive queue belongs to the connection that declared it (405 to others) and goes
 with it. Queues that are not durable, and exclusive ones, are deleted when the broker
-starts, as RabbitMQ's transient queues are. Queue arguments WeirMQ does not enforce yet
-(message TTL, length limits, dead-lettering, priorities, single active consumer, streams)
-are refused with 406 and a text saying so, rather than accepted and ignored.
+starts, as RabbitMQ's transient queues are. RabbitMQ's queue arguments WeirMQ does not
+enforce yet (`NOT_YET_ARGUMENTS`: x-max-length-bytes on a classic queue, ...) are refused
+with 406 and a text saying so, rather than accepted and ignored; arguments RabbitMQ does
+not know are kept and ignored, as RabbitMQ keeps them.
 
 Sans-I/O apart from the broker's own synchronous calls (topic creation fsyncs
 topics.json, a binding appends to `__weirmq_routing`): each method returns or raises
@@ -635,6 +636,17 @@ class AmqpModel:
         label = f"queue '{name}' in vhost '{vhost}'"
         if arguments.get("x-queue-type") == "stream":
             return self._declare_stream(vhost, name, method, arguments, label), 0
+        if arguments.get("x-queue-type") == "quorum":
+            # RabbitMQ's quorum queues are durable and shared, never exclusive or auto-delete.
+            for refused, flag in (
+                (not method.durable, "non-durable"),
+                (method.exclusive, "exclusive-owner"),
+                (method.auto_delete, "auto-delete"),
+            ):
+                if refused:
+                    raise AmqpError(
+                        ReplyCode.PRECONDITION_FAILED, f"invalid property '{flag}' for {label}"
+                    )
         config = _checked_arguments(label, arguments)
         topic_name = self._free_topic(vhost, name, "queue")
         queue = QueueDef(
@@ -769,7 +781,20 @@ class AmqpModel:
         ready, _ = self.counts(queue)
         self._delete_topic(queue.topic)
         self._forget_queue(queue)
+        self._delete_unused_auto_delete()
         return ready
+
+    def _delete_unused_auto_delete(self) -> None:
+        """Auto-delete exchanges left without a binding (their last queue went, and its
+        bindings with it) go too, as RabbitMQ deletes them."""
+        router = self._broker.exchanges.router
+        for exchange in list(self._exchanges.values()):
+            if not (exchange.auto_delete and exchange.declared):
+                continue
+            if exchange.topic in router and not any(True for _ in router.bindings(exchange.topic)):
+                self._delete_topic(exchange.topic)
+                self._exchanges.pop((exchange.vhost, exchange.name), None)
+                self._drop_forwarder(exchange)
 
     def _forget_queue(self, queue: QueueDef) -> None:
         if self._queues.get((queue.vhost, queue.name)) is queue:
