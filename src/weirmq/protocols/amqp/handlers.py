@@ -526,20 +526,16 @@ class AmqpBackend:
             body = record.value or b""
             tag = channel.next_tag
             channel.next_tag += 1
-            frames.append(
-                encode(
-                    channel.number,
-                    commands.Basic.Deliver(
-                        consumer_tag=consumer.tag,
-                        delivery_tag=tag,
-                        redelivered=got[offset] > 1,
-                        exchange=exchange,
-                        routing_key=routing_key,
-                    ),
-                )
+            deliver = commands.Basic.Deliver(
+                consumer_tag=consumer.tag,
+                delivery_tag=tag,
+                redelivered=got[offset] > 1,
+                exchange=exchange,
+                routing_key=routing_key,
             )
-            frames.append(content_header_frame(channel.number, len(body), properties))
-            frames.extend(_body_frames(channel.number, body, channel.connection.frame_max))
+            frames.extend(
+                _message(channel.number, deliver, properties, body, channel.connection.frame_max)
+            )
             if consumer.no_ack:
                 self.settle(queue, channel.member_id, [offset], AckType.ACCEPT)
             else:
@@ -622,20 +618,18 @@ class AmqpBackend:
                 properties = stream_properties(record, copy.offset, len(body))
                 tag = channel.next_tag
                 channel.next_tag += 1
-                frames.append(
-                    encode(
-                        channel.number,
-                        commands.Basic.Deliver(
-                            consumer_tag=consumer.tag,
-                            delivery_tag=tag,
-                            redelivered=False,
-                            exchange=exchange,
-                            routing_key=routing_key,
-                        ),
+                deliver = commands.Basic.Deliver(
+                    consumer_tag=consumer.tag,
+                    delivery_tag=tag,
+                    redelivered=False,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                )
+                frames.extend(
+                    _message(
+                        channel.number, deliver, properties, body, channel.connection.frame_max
                     )
                 )
-                frames.append(content_header_frame(channel.number, len(body), properties))
-                frames.extend(_body_frames(channel.number, body, channel.connection.frame_max))
                 channel.unacked[tag] = Pending(queue, copy.offset, consumer)
                 consumer.unacked += 1
                 consumer.offset = copy.offset + 1
@@ -673,20 +667,16 @@ class AmqpBackend:
             channel.next_tag += 1
             exchange, routing_key, properties = self.delivery_of(record, producer_id)
             body = value or b""
-            frames.append(
-                encode(
-                    channel.number,
-                    commands.Basic.Deliver(
-                        consumer_tag=consumer.tag,
-                        delivery_tag=tag,
-                        redelivered=delivery_count > 1,
-                        exchange=exchange,
-                        routing_key=routing_key,
-                    ),
-                )
+            deliver = commands.Basic.Deliver(
+                consumer_tag=consumer.tag,
+                delivery_tag=tag,
+                redelivered=delivery_count > 1,
+                exchange=exchange,
+                routing_key=routing_key,
             )
-            frames.append(content_header_frame(channel.number, len(body), properties))
-            frames.extend(_body_frames(channel.number, body, channel.connection.frame_max))
+            frames.extend(
+                _message(channel.number, deliver, properties, body, channel.connection.frame_max)
+            )
             if consumer.no_ack:
                 offsets.append(offset)
             else:
@@ -1144,22 +1134,14 @@ class ClientConnection(MethodTable):
         ready, _ = self._model.counts(queue)
         exchange, routing_key, properties = self.backend.delivery_of(record, producer_id)
         body = value or b""
-        data = b"".join(
-            [
-                encode(
-                    call.channel,
-                    commands.Basic.GetOk(
-                        delivery_tag=tag,
-                        redelivered=delivery_count > 1,
-                        exchange=exchange,
-                        routing_key=routing_key,
-                        message_count=ready,
-                    ),
-                ),
-                content_header_frame(call.channel, len(body), properties),
-                *_body_frames(call.channel, body, self.frame_max),
-            ]
+        get_ok = commands.Basic.GetOk(
+            delivery_tag=tag,
+            redelivered=delivery_count > 1,
+            exchange=exchange,
+            routing_key=routing_key,
+            message_count=ready,
         )
+        data = b"".join(_message(call.channel, get_ok, properties, body, self.frame_max))
         self.sender.send(data, "get")
         return ()
 
@@ -1567,6 +1549,16 @@ def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:
         yield first, last
         first = last = offset
     yield first, last
+
+
+def _message(
+    channel: int, method: Outbound, properties: bytes, body: bytes, frame_max: int
+) -> Iterator[bytes]:
+    """A method with content as the frames that carry it: the method, the content header
+    (the stored property list, not encoded again) and the body frames."""
+    yield encode(channel, method)
+    yield content_header_frame(channel, len(body), properties)
+    yield from _body_frames(channel, body, frame_max)
 
 
 def _body_frames(channel: int, body: bytes | memoryview, frame_max: int) -> Iterator[bytes]:
