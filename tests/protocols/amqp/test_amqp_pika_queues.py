@@ -248,7 +248,7 @@ def test_mandatory_unroutable_is_returned(channel: Any) -> None:
         (lambda ch: ch.exchange_declare("", "direct"), 403, "default exchange"),
         (lambda ch: ch.queue_bind("missing", "amq.direct"), 404, "no queue 'missing'"),
         (
-            lambda ch: ch.queue_declare("big", arguments={"x-max-length-bytes": 1000}),
+            lambda ch: ch.queue_declare("aged", arguments={"x-max-age": "1D"}),
             406,
             "not supported by WeirMQ yet",
         ),
@@ -766,3 +766,80 @@ def test_an_auto_delete_exchange_goes_with_its_last_queue(server: Server) -> Non
         channel.exchange_declare("fleeting", passive=True)
     assert gone.value.reply_code == 404
     connection.close()
+
+
+def test_max_length_bytes_and_reject_publish_dlx(channel: Any) -> None:
+    channel.queue_declare("overflowed")
+    channel.queue_declare(
+        "by-bytes",
+        arguments={
+            "x-max-length-bytes": 250,
+            "x-overflow": "reject-publish-dlx",
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "overflowed",
+        },
+    )
+    channel.confirm_delivery()
+    channel.basic_publish("", "by-bytes", b"a" * 100)
+    channel.basic_publish("", "by-bytes", b"b" * 100)
+    with pytest.raises(pika.exceptions.NackError):
+        channel.basic_publish("", "by-bytes", b"c" * 100)  # 300 bytes would be over 250
+    assert _eventually(
+        lambda: channel.queue_declare("by-bytes", passive=True).method.message_count == 2
+    )
+    assert [channel.basic_get("by-bytes", auto_ack=True)[2] for _ in range(2)] == [
+        b"a" * 100,
+        b"b" * 100,
+    ]
+
+    def dead() -> Any:
+        method, properties, body = channel.basic_get("overflowed", auto_ack=True)
+        return None if method is None else (body, properties.headers["x-death"][0]["reason"])
+
+    assert _eventually(dead) == (b"c" * 100, "maxlen")
+
+
+def test_max_length_bytes_drop_head_keeps_the_newest(channel: Any) -> None:
+    channel.queue_declare("lean", arguments={"x-max-length-bytes": 250})
+    channel.confirm_delivery()
+    for letter in b"abcd":
+        channel.basic_publish("", "lean", bytes([letter]) * 100)
+    assert _eventually(
+        lambda: channel.queue_declare("lean", passive=True).method.message_count == 2
+    )
+    assert [channel.basic_get("lean", auto_ack=True)[2] for _ in range(2)] == [
+        b"c" * 100,
+        b"d" * 100,
+    ]
+
+
+def test_an_auto_delete_queue_goes_with_its_last_consumer(server: Server) -> None:
+    connection = server.connect()
+    channel = connection.channel()
+    channel.queue_declare("while-consumed", auto_delete=True)
+    channel.basic_consume("while-consumed", lambda *a: None, consumer_tag="only")
+    assert _exists(connection, "while-consumed")
+    channel.basic_cancel("only")
+    assert not _exists(connection, "while-consumed")
+    connection.close()
+
+
+def _exists(connection: Any, queue: str) -> bool:
+    """Whether `queue` exists, asked on a channel of its own (a 404 closes that one)."""
+    probe = connection.channel()
+    try:
+        probe.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    probe.close()
+    return True
+
+
+def test_per_message_ttl_dead_letters_without_a_consumer(channel: Any) -> None:
+    channel.queue_declare("ttl-dlq")
+    channel.queue_declare(
+        "no-queue-ttl",
+        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "ttl-dlq"},
+    )
+    channel.basic_publish("", "no-queue-ttl", b"brief", pika.BasicProperties(expiration="100"))
+    assert _eventually(lambda: channel.basic_get("ttl-dlq", auto_ack=True)[2]) == b"brief"

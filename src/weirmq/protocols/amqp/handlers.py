@@ -406,7 +406,7 @@ class QueueUpkeep:
                 due: int | None = None
                 if queue.forward_to is not None and model.forward(queue, now):
                     due = now  # more are due: go on after the loop serves others
-                if queue.message_ttl_ms is not None:
+                if queue.message_ttl_ms is not None or queue.expiring:
                     due = model.expire(queue, now)
                 model.enforce_length(queue, now)
                 expires = queue.expires_ms
@@ -1253,7 +1253,7 @@ class ClientConnection(MethodTable):
             full = [
                 q
                 for q in model.destinations(call.connection.vhost, method, properties)
-                if model.full(q)
+                if model.full(q, len(body))
             ]
             refused = bool(full)
             for queue in full:
@@ -1261,6 +1261,13 @@ class ClientConnection(MethodTable):
         prepared = model.prepare(
             call.connection.vhost, method, properties, body, call.now_ms, property_bytes
         )
+        if properties.expiration is not None:
+            # A message with its own TTL: its queues expire their heads from now on,
+            # without waiting for a consumer to reach it (RabbitMQ's per-message TTL).
+            for queue in model.destinations(call.connection.vhost, method, properties):
+                if not queue.expiring and not queue.is_stream:
+                    queue.expiring = True
+                    self.backend.upkeep(queue)
         out: list[Outbound] = []
         if method.mandatory and not prepared.routed:
             out.append(

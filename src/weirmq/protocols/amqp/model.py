@@ -52,6 +52,7 @@ import logging
 import os
 import re
 import uuid
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -119,24 +120,21 @@ SUPPORTED_ARGUMENTS: Final = frozenset(
         "x-dead-letter-strategy",
         "x-single-active-consumer",
         "x-max-priority",
-    }
-)
-NOT_YET_ARGUMENTS: Final = frozenset(
-    {
         "x-max-length-bytes",
-        "x-queue-mode",
-        "x-queue-master-locator",
-        "x-queue-leader-locator",
-        "x-max-age",
-        "x-stream-max-segment-size-bytes",
     }
 )
-"""RabbitMQ queue arguments WeirMQ refuses (406) until it enforces them."""
+NOT_YET_ARGUMENTS: Final = frozenset({"x-max-age", "x-stream-max-segment-size-bytes"})
+"""RabbitMQ queue arguments WeirMQ refuses (406) on a classic or quorum queue: a stream's
+retention, which a queue (trimmed below what it settled) has no use for. The rest of
+RabbitMQ's arguments are enforced, or are about replicas and memory (`x-queue-mode`,
+the locators), which one broker writing to its log accepts and has nothing to do with."""
 OVERFLOW_MODES: Final = frozenset({"drop-head", "reject-publish", "reject-publish-dlx"})
 DEAD_LETTER_STRATEGIES: Final = frozenset({"at-most-once", "at-least-once"})
 TTL_MS_MAX: Final = 315_360_000_000
 """RabbitMQ's bound for x-message-ttl, x-expires and the expiration property: ten years
 in milliseconds (Celery's delayed delivery declares TTLs up to 2**27 seconds)."""
+SIZE_READ_RECORDS: Final = 1000
+"""Messages read at a time to learn their body sizes (x-max-length-bytes)."""
 EXPIRE_SCAN_MAX: Final = 1000
 """Messages one expiry pass looks at from a queue's head (the next pass follows at once
 when they had all expired): bounds the work of one turn of the loop."""
@@ -162,6 +160,9 @@ class QueueDef:
     had_consumers: bool = False
     last_used_ms: int = 0
     """For `x-expires`: the last declare, get or consumer (RabbitMQ's "unused")."""
+    expiring: bool = False
+    """A message with an `expiration` property was published to it (since the start):
+    its upkeep expires heads then, as for a queue TTL."""
     forward_to: ExchangeDef | None = None
     """For the holding queue of an x-delayed-message exchange: where due messages go."""
 
@@ -184,6 +185,10 @@ class QueueDef:
     @property
     def max_length(self) -> int | None:
         return self._int_argument("x-max-length")
+
+    @property
+    def max_length_bytes(self) -> int | None:
+        return self._int_argument("x-max-length-bytes")
 
     @property
     def overflow(self) -> str:
@@ -217,7 +222,9 @@ class QueueDef:
         return (
             self.message_ttl_ms is not None
             or self.max_length is not None
+            or self.max_length_bytes is not None
             or self.expires_ms is not None
+            or self.expiring
             or self.forward_to is not None
         )
 
@@ -278,6 +285,53 @@ class ExchangeDef:
         return f"exchange '{self.name}' in vhost '{self.vhost}'"
 
 
+class BodySizes:
+    """The body size of each message of a queue from its oldest unsettled one, as
+    cumulative sums (an append-only array), so that the bytes of any range of ready
+    messages is one subtraction: what `x-max-length-bytes` counts, as RabbitMQ counts it
+    (bodies only). Each message is read once, when it is first counted."""
+
+    def __init__(self, queue: QueueDef, start: int) -> None:
+        self.queue = queue
+        self.base = start
+        self._cumulative = array("q", [0])
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self._cumulative) - 1
+
+    def advance(self, start: int) -> None:
+        """Forget the sizes below `start` (settled), once they are most of the array."""
+        if start <= self.base:
+            return
+        if start >= self.end:
+            self.base, self._cumulative = start, array("q", [0])
+            return
+        dropped = start - self.base
+        if dropped * 2 < len(self._cumulative):
+            return
+        offset = self._cumulative[dropped]
+        self._cumulative = array("q", (value - offset for value in self._cumulative[dropped:]))
+        self.base = start
+
+    def extend(self, shares: Any, high_watermark: int) -> None:
+        while self.end < high_watermark:
+            upto = min(high_watermark, self.end + SIZE_READ_RECORDS)
+            wanted = list(range(self.end, upto))
+            total = self._cumulative[-1]
+            for _, record in shares.read_records(self.queue.topic_id, 0, wanted):
+                total += len(record.value or b"") if record is not None else 0
+                self._cumulative.append(total)
+
+    def between(self, first: int, last: int) -> int:
+        """The body bytes of offsets `first..last` (those below what is known count 0)."""
+        first = max(first, self.base)
+        last = min(last, self.end - 1)
+        if last < first:
+            return 0
+        return self._cumulative[last + 1 - self.base] - self._cumulative[first - self.base]
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A publish checked and encoded, not yet appended."""
@@ -309,6 +363,8 @@ class AmqpModel:
         self._queues: dict[tuple[str, str], QueueDef] = {}
         self._exchanges: dict[tuple[str, str], ExchangeDef] = {}
         self._forwarders: dict[str, QueueDef] = {}
+        self._body_sizes: dict[str, BodySizes] = {}
+        """By queue topic, for queues with x-max-length-bytes."""
         """The holding queue of each x-delayed-message exchange, by the exchange's topic."""
         self._topic_max_bytes = str(max(1_048_588, message_bytes_max + 1_048_576))
         broker.exchanges.typed_headers = typed_headers
@@ -856,32 +912,39 @@ class AmqpModel:
         return next_due
 
     def enforce_length(self, queue: QueueDef, now_ms: int) -> None:
-        """Keep `queue` within `x-max-length` ready messages: drop the oldest (drop-head)
-        or the newest (reject-publish, reject-publish-dlx: the publishes over the limit),
-        dead-lettering them for drop-head and reject-publish-dlx."""
-        limit = queue.max_length
-        if limit is None:
+        """Keep `queue` within `x-max-length` ready messages and `x-max-length-bytes` of
+        ready message bodies: drop the oldest (drop-head) or the newest (reject-publish,
+        reject-publish-dlx: the publishes over the limit), dead-lettering them for
+        drop-head and reject-publish-dlx."""
+        count_limit, byte_limit = queue.max_length, queue.max_length_bytes
+        if count_limit is None and byte_limit is None:
             return
         shares = self._broker.shares
         ready, _ = shares.queue_counts(queue.group_id, queue.topic_id, 0)
-        over = ready - limit
-        if over <= 0:
+        if byte_limit is None and ready <= (count_limit or 0):
             return
+        ranges = shares.ready_offsets(queue.group_id, queue.topic_id, 0, ready + 1)
+        sizes = self._sizes(queue) if byte_limit is not None else None
+        total = 0 if sizes is None else sum(sizes.between(a, b) for a, b in ranges)
+        count_left = ready - (count_limit if count_limit is not None else ready)
         offsets: list[int] = []
-        if queue.overflow == "drop-head":
-            for first, last in shares.ready_offsets(queue.group_id, queue.topic_id, 0, over):
-                offsets.extend(range(first, min(last, first + over - len(offsets) - 1) + 1))
-                if len(offsets) >= over:
+        dropped_bytes = 0
+        order = ranges if queue.overflow == "drop-head" else list(reversed(ranges))
+        for first, last in order:
+            span = range(first, last + 1)
+            for offset in span if queue.overflow == "drop-head" else reversed(span):
+                over_bytes = byte_limit is not None and total - dropped_bytes > byte_limit
+                if len(offsets) >= count_left and not over_bytes:
                     break
-        else:
-            ranges = shares.ready_offsets(queue.group_id, queue.topic_id, 0, ready + 1)
-            for first, last in reversed(ranges):
-                take = min(last - first + 1, over - len(offsets))
-                offsets[:0] = range(last - take + 1, last + 1)
-                if len(offsets) >= over:
-                    break
+                offsets.append(offset)
+                if sizes is not None:
+                    dropped_bytes += sizes.between(offset, offset)
+            else:
+                continue
+            break
         if not offsets:
             return
+        offsets.sort()
         if queue.overflow == "reject-publish":
             shares.purge(queue.group_id, queue.topic_id, 0, now_ms, offsets=offsets)
             return
@@ -892,14 +955,35 @@ class AmqpModel:
         ]
         self._drop(queue, pairs, "maxlen", now_ms, offsets=offsets)
 
-    def full(self, queue: QueueDef) -> bool:
-        """Whether a publish to `queue` now would be over its length limit with a
-        reject-publish overflow (the publisher is nacked)."""
-        limit = queue.max_length
-        if limit is None or queue.overflow == "drop-head":
+    def full(self, queue: QueueDef, size: int = 0) -> bool:
+        """Whether a publish of `size` bytes to `queue` now would be over its length
+        limits with a reject-publish overflow (the publisher is nacked)."""
+        if queue.overflow == "drop-head":
+            return False
+        count_limit, byte_limit = queue.max_length, queue.max_length_bytes
+        if count_limit is None and byte_limit is None:
             return False
         ready, _ = self.counts(queue)
-        return ready >= limit
+        if count_limit is not None and ready >= count_limit:
+            return True
+        if byte_limit is None:
+            return False
+        sizes = self._sizes(queue)
+        shares = self._broker.shares
+        ranges = shares.ready_offsets(queue.group_id, queue.topic_id, 0, ready + 1)
+        return sum(sizes.between(a, b) for a, b in ranges) + size > byte_limit
+
+    def _sizes(self, queue: QueueDef) -> BodySizes:
+        """The body sizes of `queue`'s messages, read once each (for x-max-length-bytes)."""
+        sizes = self._body_sizes.get(queue.topic)
+        partition = self._broker.partition(queue.topic, 0)
+        start = self._broker.shares.queue_start(queue.group_id, queue.topic_id, 0) or 0
+        if sizes is None or sizes.queue is not queue:
+            sizes = self._body_sizes[queue.topic] = BodySizes(queue, start)
+        if partition is not None:
+            sizes.advance(start)
+            sizes.extend(self._broker.shares, partition.high_watermark)
+        return sizes
 
     def _drop(
         self,
@@ -939,7 +1023,9 @@ class AmqpModel:
     def limited(self) -> bool:
         """Whether any queue has a reject-publish length limit (publishes check it)."""
         return any(
-            q.max_length is not None and q.overflow != "drop-head" for q in self._queues.values()
+            (q.max_length is not None or q.max_length_bytes is not None)
+            and q.overflow != "drop-head"
+            for q in self._queues.values()
         )
 
     def trim(self) -> None:
@@ -1259,6 +1345,8 @@ def _checked_arguments(label: str, arguments: Mapping[str, Any]) -> ShareConfig:
                 raise invalid(key, f"{_shown(value)} is not one of classic, quorum")
         elif key == "x-delivery-limit":
             whole(key, value, 0, 2**31 - 2)
+        elif key == "x-max-length-bytes":
+            whole(key, value, 0, 2**63 - 1)
         elif key == "x-message-ttl" or key == "x-max-length":
             whole(key, value, 0, TTL_MS_MAX if key == "x-message-ttl" else 2**63 - 1)
         elif key == "x-expires":
