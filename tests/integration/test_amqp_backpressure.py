@@ -10,7 +10,9 @@ IncrementalAlterConfigs as any topic config is. What must hold:
   in its own socket, not in the queue;
 - a consumer on another connection drains the queue (acks), the backlog falls below its
   low watermark, and the publisher is told Connection.Unblocked and goes on;
-- every message the publisher sent arrives: nothing is lost by being held.
+- every message the publisher sent arrives: nothing is lost by being held;
+- the broker's memory stays within its request-memory budget of where it started (the
+  held publisher's messages wait in its own socket, not in the broker).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ pytestmark = pytest.mark.integration
 QUEUE = "flooded"
 BOUND = 256 * 1024
 BODY = b"x" * 1024
+BUDGET = 32 * 1024 * 1024
+"""The broker's request-memory budget (`queued_max_request_bytes`) for this test."""
 TOTAL = 4_000
 """Messages published: 4 MB, sixteen times the bound."""
 SLACK_MESSAGES = 600
@@ -55,7 +59,7 @@ def _parameters(address: str) -> pika.ConnectionParameters:
 def test_a_fast_publisher_is_blocked_at_the_backlog_bound_then_unblocked(
     broker_factory: BrokerFactory,
 ) -> None:
-    broker = broker_factory()
+    broker = broker_factory(queued_max_request_bytes=BUDGET)
     assert broker.amqp is not None
     setup = pika.BlockingConnection(_parameters(broker.amqp))
     setup.channel().queue_declare(QUEUE, durable=True)
@@ -128,10 +132,12 @@ def test_a_fast_publisher_is_blocked_at_the_backlog_bound_then_unblocked(
         finally:
             blocked.set()
 
+    start_rss = broker.rss_bytes()
     publisher = threading.Thread(target=publish, name="publisher")
     publisher.start()
     assert blocked.wait(60), "no Connection.Blocked"
     assert not failures, failures
+    held_rss = broker.rss_bytes()
 
     # While the publisher is held, the queue stays near its bound.
     probe = pika.BlockingConnection(_parameters(broker.amqp))
@@ -159,4 +165,5 @@ def test_a_fast_publisher_is_blocked_at_the_backlog_bound_then_unblocked(
     assert not publisher.is_alive()
     assert not failures, failures
     assert events[:2] == ["blocked", "unblocked"], events
+    assert max(held_rss, broker.rss_bytes()) <= start_rss + BUDGET, (start_rss, held_rss)
     probe.close()
