@@ -1578,6 +1578,3 @@ def _body_frames(channel: int, body: bytes | memoryview, frame_max: int) -> Iter
 
 def _consumer_tag() -> str:
     return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode()[:22]
-
-
-SenderFactory = Callable[[], Sender]
