@@ -363,6 +363,8 @@ class AmqpModel:
         self._queues: dict[tuple[str, str], QueueDef] = {}
         self._exchanges: dict[tuple[str, str], ExchangeDef] = {}
         self._forwarders: dict[str, QueueDef] = {}
+        self._rejecting: set[QueueDef] = set()
+        """The declared queues with a reject-publish length limit (`limited`)."""
         self._body_sizes: dict[str, BodySizes] = {}
         """By queue topic, for queues with x-max-length-bytes."""
         """The holding queue of each x-delayed-message exchange, by the exchange's topic."""
@@ -392,7 +394,7 @@ class AmqpModel:
                 if queue.exclusive or not queue.durable:
                     transient.append(topic.name)
                     continue
-                self._queues[(queue.vhost, queue.name)] = queue
+                self._remember(queue)
                 if not queue.is_stream:
                     broker.shares.set_queue_config(queue.group_id, share_config(queue.arguments))
                     self._watch_dead_letters(queue)
@@ -729,7 +731,7 @@ class AmqpModel:
         )
         queue.topic_id = topic.topic_id
         queue.last_used_ms = self._broker.clock()
-        self._queues[(vhost, name)] = queue
+        self._remember(queue)
         self._watch_dead_letters(queue)
         return queue, 0
 
@@ -761,7 +763,7 @@ class AmqpModel:
         topic = self._create_topic(topic_name, {AMQP_QUEUE: queue.document(), **retention})
         queue.topic_id = topic.topic_id
         queue.last_used_ms = self._broker.clock()
-        self._queues[(vhost, name)] = queue
+        self._remember(queue)
         return queue
 
     def stream_start(self, queue: QueueDef, spec: object) -> int:
@@ -855,6 +857,7 @@ class AmqpModel:
     def _forget_queue(self, queue: QueueDef) -> None:
         if self._queues.get((queue.vhost, queue.name)) is queue:
             del self._queues[(queue.vhost, queue.name)]
+        self._rejecting.discard(queue)
         self._broker.shares.set_queue_config(queue.group_id, None)
         self._broker.shares.set_dead_letter_handler(queue.group_id, None)
 
@@ -1021,12 +1024,15 @@ class AmqpModel:
 
     @property
     def limited(self) -> bool:
-        """Whether any queue has a reject-publish length limit (publishes check it)."""
-        return any(
-            (q.max_length is not None or q.max_length_bytes is not None)
-            and q.overflow != "drop-head"
-            for q in self._queues.values()
-        )
+        """Whether any queue has a reject-publish length limit (publishes check it): asked
+        on every publish, so kept as a set rather than found by a walk of every queue."""
+        return bool(self._rejecting)
+
+    def _remember(self, queue: QueueDef) -> None:
+        self._queues[(queue.vhost, queue.name)] = queue
+        limited = queue.max_length is not None or queue.max_length_bytes is not None
+        if limited and queue.overflow != "drop-head":
+            self._rejecting.add(queue)
 
     def trim(self) -> None:
         """Move each queue's log start up to its oldest unsettled message, so that the
