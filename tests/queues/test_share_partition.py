@@ -440,3 +440,38 @@ def test_acquire_offsets_takes_exactly_those_and_leaves_the_others_available() -
     assert p.next_fetch_offset(0) == 0
     again = p.acquire_offsets("n", [0, 1, 2, 3, 4], now_ms=0)
     assert [(r.first_offset, r.last_offset) for r in again.ranges] == [(0, 1), (3, 4)]
+
+
+def test_an_acquire_may_lock_for_its_own_duration() -> None:
+    p = fresh(ShareConfig(retry_backoff_ms=0, record_lock_duration_ms=LOCK_MS))
+    p.acquire("m", [(0, 1)], now_ms=1_000, max_records=1, lock_ms=5_000)
+    p.acquire_offsets("m", [1], now_ms=1_000, lock_ms=0)
+    assert p.state_of(0) == InFlightRange(0, 0, ACQUIRED, 1, "m", 6_000)
+    # a lock of 0 ends at the next step: offset 1 is available again, its delivery counted
+    p.expire(1_000)
+    assert p.state_of(1) == InFlightRange(1, 1, AVAILABLE, 1)
+    p.expire(6_000)
+    assert p.state_of(0) == InFlightRange(0, 0, AVAILABLE, 1)
+
+
+def test_change_lock_moves_the_deadline_of_what_the_member_holds() -> None:
+    p = fresh(ShareConfig(retry_backoff_ms=0, record_lock_duration_ms=LOCK_MS))
+    p.acquire("m", [(0, 2)], now_ms=0, max_records=3)
+    missed, outcome = p.change_lock("m", [1, 7], 60_000, now_ms=10)
+    assert missed == [7]  # never acquired
+    assert outcome.delta is None  # deadlines are not persisted
+    assert p.state_of(1) == InFlightRange(1, 1, ACQUIRED, 1, "m", 60_010)
+    assert p.state_of(0) == InFlightRange(0, 0, ACQUIRED, 1, "m", LOCK_MS)
+    assert p.change_lock("other", [0], 5, now_ms=10)[0] == [0]  # held by another member
+    p.expire(LOCK_MS)
+    assert p.state_of(0).state is AVAILABLE and p.state_of(1).state is ACQUIRED
+
+
+def test_change_lock_to_zero_times_the_lock_out_now_with_the_delivery_limit() -> None:
+    p = fresh(ShareConfig(retry_backoff_ms=0, delivery_count_limit=1))
+    p.acquire("m", [(0, 1)], now_ms=0, max_records=2)
+    missed, outcome = p.change_lock("m", [0], 0, now_ms=5)
+    assert missed == []
+    # at the limit, a lock timeout archives the record with a dead letter
+    assert outcome.dead_letters == (DeadLetter(0, 1, DeadLetterReason.DELIVERY_LIMIT),)
+    assert p.state_of(1).state is ACQUIRED

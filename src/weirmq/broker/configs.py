@@ -171,6 +171,7 @@ EXCHANGE_ALTERNATE = "weirmq.exchange.alternate"
 EXCHANGE_UNROUTABLE = "weirmq.exchange.unroutable"
 AMQP_QUEUE = "weirmq.amqp.queue"
 AMQP_EXCHANGE = "weirmq.amqp.exchange"
+SQS_QUEUE = "weirmq.sqs.queue"
 EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers", "content")
 
 
@@ -300,6 +301,11 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
         EXCHANGE_UNROUTABLE, ConfigType.STRING, _choice("drop", "reject"), "drop",
         "for an exchange: what happens to a record no binding routes (after the alternate): "
         "drop it (counted) or refuse the write with INVALID_RECORD",
+    ),
+    TopicConfigDef(
+        SQS_QUEUE, ConfigType.STRING, _json_object, "",
+        "set by WeirMQ on the topic of a queue created through the SQS API: its name, "
+        "attributes and tags (JSON); the topic is read by the queue's own share group",
     ),
 )
 # fmt: on

@@ -66,6 +66,7 @@ from ..queues import (
     AcquiredRange,
     DeadLetter,
     DeadLetterReason,
+    InFlightRange,
     RecordState,
     ShareConfig,
     ShareError,
@@ -81,6 +82,7 @@ from ..records.batch import (
     parse_header,
     record_timestamps,
 )
+from ..records.codec import read_records
 from ..storage.errors import StorageError
 from ..types import Timer, TopicPartition
 from .group_configs import GroupConfigs
@@ -139,6 +141,8 @@ __all__ = [
     "DeadLetter",
     "DeadLetterHandler",
     "DeadLetterReason",
+    "InFlightRange",
+    "RecordState",
     "ShareConfig",
     "ShareService",
     "ShareSessionError",
@@ -207,6 +211,32 @@ class Acquired:
     partition: int
     records: bytes | memoryview
     ranges: tuple[AcquiredRange, ...]
+
+    def messages(self) -> Iterator[tuple[int, int, Record, int]]:
+        """(offset, delivery count, record, its batch's producer id) of every acquired
+        record, in order: what a protocol that delivers records one by one (AMQP, SQS)
+        hands out, rather than the whole batches a Kafka client is sent."""
+        counts = [(r.first_offset, r.last_offset, r.delivery_count) for r in self.ranges]
+        view = memoryview(self.records)
+        position = 0
+        index = 0
+        while position < len(view) and index < len(counts):
+            header = parse_header(view, position)
+            batch = view[position : position + header.size]
+            position += header.size
+            if header.base_offset + header.last_offset_delta < counts[index][0]:
+                continue
+            _, copies = read_records(batch)
+            for copy in copies:
+                offset = copy.offset
+                while index < len(counts) and offset > counts[index][1]:
+                    index += 1
+                if index >= len(counts):
+                    break
+                first, _last, count = counts[index]
+                if offset >= first:
+                    record = Record(copy.value, copy.key, tuple(copy.headers), copy.timestamp)
+                    yield offset, count, record, header.producer_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,15 +452,19 @@ class ShareService(ShareListener):
         max_records: int,
         max_bytes: int,
         now_ms: int,
+        lock_ms: int | None = None,
     ) -> Acquired | None:
-        """Acquire up to `max_records` records of one partition for `member_id`; None
-        when none is available (or the partition is gone)."""
+        """Acquire up to `max_records` records of one partition for `member_id`, locked
+        for `lock_ms` (default: the group's lock duration); None when none is available
+        (or the partition is gone)."""
         key = ShareKey(group_id, topic_id, index)
         found = self._state(key, now_ms)
         if found is None:
             return None
         entry, partition = found
-        return self._acquire_one(key, entry, partition, member_id, max_records, max_bytes, now_ms)
+        return self._acquire_one(
+            key, entry, partition, member_id, max_records, max_bytes, now_ms, lock_ms
+        )
 
     def acquire_offsets(
         self,
@@ -440,19 +474,44 @@ class ShareService(ShareListener):
         index: int,
         offsets: Sequence[int],
         now_ms: int,
+        lock_ms: int | None = None,
     ) -> list[AcquiredRange]:
         """Acquire exactly these ready offsets (ascending) of one queue for `member_id`
-        (a queue choosing its messages out of order); the ranges acquired."""
+        (a queue choosing its messages out of order), locked for `lock_ms` (default: the
+        group's lock duration); the ranges acquired."""
         key = ShareKey(group_id, topic_id, index)
         found = self._state(key, now_ms)
         if found is None:
             return []
         entry, partition = found
         below = [o for o in offsets if o < partition.high_watermark]
-        result = entry.partition.acquire_offsets(member_id, below, now_ms)
+        result = entry.partition.acquire_offsets(member_id, below, now_ms, lock_ms)
         self._after_step(key, entry, result.delta, result.dead_letters)
         entry.stats.delivered += result.count
         return list(result.ranges)
+
+    def change_lock(
+        self,
+        group_id: str,
+        member_id: str,
+        topic_id: uuid.UUID,
+        index: int,
+        offsets: Sequence[int],
+        lock_ms: int,
+        now_ms: int,
+    ) -> list[int]:
+        """Lock these offsets of one queue, held by `member_id`, for `lock_ms` from now
+        (0: make them available at once); returns those it did not hold."""
+        key = ShareKey(group_id, topic_id, index)
+        found = self._state(key, now_ms) if key in self._states else None
+        if found is None:
+            return list(offsets)
+        entry, _ = found
+        missed, outcome = entry.partition.change_lock(member_id, offsets, lock_ms, now_ms)
+        self._after_step(key, entry, outcome.delta, outcome.dead_letters)
+        if lock_ms == 0:
+            self._wake(group_id)
+        return missed
 
     def release(self, group_id: str, member_id: str, now_ms: int) -> None:
         """Make available again what `member_id` holds in the group (an AMQP channel
@@ -488,6 +547,27 @@ class ShareService(ShareListener):
                 acquired += size
         ready += max(0, partition.high_watermark - share_partition.end_offset)
         return ready, acquired
+
+    def record_state(
+        self, group_id: str, topic_id: uuid.UUID, index: int, offset: int
+    ) -> InFlightRange | None:
+        """One record's state in a queue, as of now (locks due are expired first); None
+        when it is settled (below the queue's start) or the queue has no state yet."""
+        key = ShareKey(group_id, topic_id, index)
+        found = self._state(key, self._broker.clock()) if key in self._states else None
+        if found is None:
+            return None
+        entry, _ = found
+        outcome = entry.partition.expire(self._broker.clock())
+        self._after_step(key, entry, outcome.delta, outcome.dead_letters)
+        return entry.partition.state_of(offset)
+
+    def held(self, group_id: str, topic_id: uuid.UUID, index: int) -> list[InFlightRange]:
+        """The acquired ranges of a queue (holder, delivery count, lock deadline)."""
+        entry = self._states.get(ShareKey(group_id, topic_id, index))
+        if entry is None:
+            return []
+        return [r for r in entry.partition.ranges() if r.state is RecordState.ACQUIRED]
 
     def queue_start(self, group_id: str, topic_id: uuid.UUID, index: int) -> int | None:
         """The queue's oldest unsettled offset (everything below is acknowledged or
@@ -730,6 +810,7 @@ class ShareService(ShareListener):
         max_records: int,
         max_bytes: int,
         now_ms: int,
+        lock_ms: int | None = None,
     ) -> Acquired | None:
         share_partition = entry.partition
         offset = share_partition.next_fetch_offset(now_ms)
@@ -747,7 +828,7 @@ class ShareService(ShareListener):
             64, sum(len(span.data) for span in spans) // max(covered, 1)
         )  # the next first read is sized for what this one found
         result = share_partition.acquire(
-            member_id, [(span.first, span.last) for span in spans], now_ms, max_records
+            member_id, [(span.first, span.last) for span in spans], now_ms, max_records, lock_ms
         )
         self._after_step(key, entry, result.delta, result.dead_letters)
         if not result.ranges:

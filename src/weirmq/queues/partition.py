@@ -276,9 +276,11 @@ class SharePartition:
         fetched: Sequence[tuple[int, int]],
         now_ms: int,
         max_records: int,
+        lock_ms: int | None = None,
     ) -> AcquireResult:
         """Acquire for `member_id`, up to `max_records`, the acquirable records among the
-        batches `fetched` (offset ranges, ascending, read from `next_fetch_offset`)."""
+        batches `fetched` (offset ranges, ascending, read from `next_fetch_offset`),
+        locked for `lock_ms` (default: the config's lock duration)."""
         assert member_id, "a member id is required"
         assert all(a[1] < b[0] for a, b in pairwise(fetched)), f"unordered: {fetched}"
         self._begin(now_ms)
@@ -291,16 +293,18 @@ class SharePartition:
             first = max(first, self._start)
             if budget <= 0 or first > last:
                 continue
-            budget = self._acquire_tracked(member_id, first, last, now_ms, budget, acquired)
+            budget = self._acquire_tracked(
+                member_id, first, last, now_ms, budget, acquired, lock_ms
+            )
             if budget > 0 and last >= self.end_offset:
                 budget = self._acquire_fresh(
-                    member_id, gap_from, first, last, now_ms, budget, acquired
+                    member_id, gap_from, first, last, now_ms, budget, acquired, lock_ms
                 )
         delta, dead = self._finish()
         return AcquireResult(_merge_acquired(acquired), delta, dead)
 
     def acquire_offsets(
-        self, member_id: str, offsets: Sequence[int], now_ms: int
+        self, member_id: str, offsets: Sequence[int], now_ms: int, lock_ms: int | None = None
     ) -> AcquireResult:
         """Acquire for `member_id` exactly these offsets (ascending) where they are
         acquirable, each holding a record (the caller read them): a queue that picks its
@@ -321,7 +325,7 @@ class SharePartition:
                     break
                 run = self._runs[self._index_of(offset)]
                 if run.state is AVAILABLE and run.deadline_ms <= now_ms:
-                    self._acquire_range(member_id, offset, offset, now_ms, acquired)
+                    self._acquire_range(member_id, offset, offset, now_ms, acquired, lock_ms)
         delta, dead = self._finish()
         return AcquireResult(_merge_acquired(acquired), delta, dead)
 
@@ -340,6 +344,31 @@ class SharePartition:
                 self._apply(span_first, span_last, event, now_ms)
         delta, dead = self._finish()
         return AckResult(tuple(errors), delta, dead)
+
+    def change_lock(
+        self, member_id: str, offsets: Sequence[int], lock_ms: int, now_ms: int
+    ) -> tuple[list[int], Outcome]:
+        """Lock these offsets, held by `member_id`, for `lock_ms` from now instead of what
+        is left of their lock (SQS's ChangeMessageVisibility; 0 ends the lock at once, a
+        lock timeout at this step, with its redelivery or delivery limit). Returns the
+        offsets that were not held by the member (left alone), and the step's outcome."""
+        assert lock_ms >= 0, lock_ms
+        self._begin(now_ms)
+        missed: list[int] = []
+        deadline = now_ms + lock_ms
+        for offset in offsets:
+            if not self._start <= offset < self.end_offset:
+                missed.append(offset)
+                continue
+            run = self._runs[self._index_of(offset)]
+            if run.state is not ACQUIRED or run.member_id != member_id:
+                missed.append(offset)
+                continue
+            i, j = self._cover(offset, offset)
+            self._runs[i:j] = [replace(self._runs[i], deadline_ms=deadline)]
+        if lock_ms == 0:
+            self._expire_due(now_ms)
+        return missed, Outcome(*self._finish())
 
     def release_member(self, member_id: str, now_ms: int) -> Outcome:
         """`member_id` left, or its share session ended: release what it holds."""
@@ -420,6 +449,7 @@ class SharePartition:
         now_ms: int,
         budget: int,
         out: list[AcquiredRange],
+        lock_ms: int | None = None,
     ) -> int:
         """Acquire the available offsets of `first..last` inside the window."""
         offset, last = first, min(last, self.end_offset - 1)
@@ -428,7 +458,7 @@ class SharePartition:
             upto = min(run.last_offset, last)
             if run.state is AVAILABLE and run.deadline_ms <= now_ms:
                 upto = min(upto, offset + budget - 1)
-                budget -= self._acquire_range(member_id, offset, upto, now_ms, out)
+                budget -= self._acquire_range(member_id, offset, upto, now_ms, out, lock_ms)
             offset = upto + 1
         return budget
 
@@ -441,6 +471,7 @@ class SharePartition:
         now_ms: int,
         budget: int,
         out: list[AcquiredRange],
+        lock_ms: int | None = None,
     ) -> int:
         """Acquire never-acquired offsets of `first..last`, archiving the gap before them
         (`gap_from..first-1` holds no record: it was read over and returned nothing)."""
@@ -456,13 +487,19 @@ class SharePartition:
         if upto < first:
             return budget
         self._runs.append(InFlightRange(first, upto, AVAILABLE, 0))
-        return budget - self._acquire_range(member_id, first, upto, now_ms, out)
+        return budget - self._acquire_range(member_id, first, upto, now_ms, out, lock_ms)
 
     def _acquire_range(
-        self, member_id: str, first: int, last: int, now_ms: int, out: list[AcquiredRange]
+        self,
+        member_id: str,
+        first: int,
+        last: int,
+        now_ms: int,
+        out: list[AcquiredRange],
+        lock_ms: int | None = None,
     ) -> int:
         """Acquire `first..last`, inside one range; how many were (not archived)."""
-        (run,) = self._apply(first, last, Event.ACQUIRE, now_ms, member_id)
+        (run,) = self._apply(first, last, Event.ACQUIRE, now_ms, member_id, lock_ms)
         if run.state is not ACQUIRED:  # at the delivery limit: archived, not delivered
             return 0
         out.append(AcquiredRange(first, last, run.delivery_count))
@@ -534,7 +571,13 @@ class SharePartition:
         return self._runs[i:j]
 
     def _apply(
-        self, first: int, last: int, event: Event, now_ms: int, member_id: str = ""
+        self,
+        first: int,
+        last: int,
+        event: Event,
+        now_ms: int,
+        member_id: str = "",
+        lock_ms: int | None = None,
     ) -> list[InFlightRange]:
         """Move `first..last` by `event` through the state table; the new ranges."""
         i, j = self._cover(first, last)
@@ -544,7 +587,7 @@ class SharePartition:
             at_limit = run.delivery_count >= limit
             state = next_state(run.state, event, at_limit)
             count = run.delivery_count + (1 if state is ACQUIRED else 0)
-            moved.append(self._entered(run, state, count, member_id, now_ms))
+            moved.append(self._entered(run, state, count, member_id, now_ms, lock_ms))
             reason = dead_letter_reason(run.state, event, at_limit)
             if reason is not None:
                 offsets = range(run.first_offset, run.last_offset + 1)
@@ -554,10 +597,17 @@ class SharePartition:
         return moved
 
     def _entered(
-        self, run: InFlightRange, state: RecordState, count: int, member_id: str, now_ms: int
+        self,
+        run: InFlightRange,
+        state: RecordState,
+        count: int,
+        member_id: str,
+        now_ms: int,
+        lock_ms: int | None = None,
     ) -> InFlightRange:
         if state is ACQUIRED:
-            member, deadline = member_id, now_ms + self.config.record_lock_duration_ms
+            lock = self.config.record_lock_duration_ms if lock_ms is None else lock_ms
+            member, deadline = member_id, now_ms + lock
         elif state is AVAILABLE and self.config.retry_backoff_ms > 0:
             member, deadline = "", now_ms + self.config.retry_backoff_ms
         else:

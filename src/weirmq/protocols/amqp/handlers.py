@@ -658,7 +658,7 @@ class AmqpBackend:
         frames: list[bytes] = []
         offsets: list[int] = []
         expired: list[tuple[int, Record]] = []
-        for offset, delivery_count, record, producer_id in _acquired_messages(acquired):
+        for offset, delivery_count, record, producer_id in acquired.messages():
             if self.model.expired(queue, record, now):
                 expired.append((offset, record))
                 continue
@@ -1117,7 +1117,7 @@ class ClientConnection(MethodTable):
                 DELIVER_BYTES_MAX,
                 call.now_ms,
             )
-            messages = [] if acquired is None else list(_acquired_messages(acquired))
+            messages = [] if acquired is None else list(acquired.messages())
             if not messages:
                 return (commands.Basic.GetEmpty(),)
             offset, delivery_count, record, producer_id = messages[0]
@@ -1481,41 +1481,6 @@ class ClientConnection(MethodTable):
             while pending and pending[0][0] <= last_seq:
                 pending.popleft()
             self.sender.send(b"".join(frames), "confirm")
-
-
-def _acquired_messages(acquired: object) -> Iterator[tuple[int, int, Record, int]]:
-    """(offset, delivery count, record, its batch's producer id) of every acquired
-    record, in order."""
-    from ...broker.shares import Acquired
-
-    assert isinstance(acquired, Acquired)
-    counts: list[tuple[int, int, int]] = [
-        (r.first_offset, r.last_offset, r.delivery_count) for r in acquired.ranges
-    ]
-    view = memoryview(acquired.records)
-    position = 0
-    index = 0
-    while position < len(view) and index < len(counts):
-        header = parse_header(view, position)
-        batch = view[position : position + header.size]
-        position += header.size
-        if header.base_offset + header.last_offset_delta < counts[index][0]:
-            continue
-        _, copies = read_records(batch)
-        for copy in copies:
-            offset = copy.offset
-            while index < len(counts) and offset > counts[index][1]:
-                index += 1
-            if index >= len(counts):
-                break
-            first, _last, count = counts[index]
-            if offset >= first:
-                yield (
-                    offset,
-                    count,
-                    Record(copy.value, copy.key, tuple(copy.headers), copy.timestamp),
-                    header.producer_id,
-                )
 
 
 def _priority_of(record: Record | None, max_priority: int) -> int:
