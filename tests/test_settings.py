@@ -380,6 +380,12 @@ def test_a_bad_boolean_from_the_environment() -> None:
         ("amqp_handshake_timeout_ms", 0, "must be at least 1, got 0"),
         ("amqp_message_bytes_max", 2**29 + 1, "must be at most 536870912, got 536870913"),
         ("amqp_idle_timeout_ms", -1, "must be at least 0, got -1"),
+        ("sqs_connections_max", 0, "must be at least 1, got 0"),
+        ("sqs_request_bytes_max", 1114111, "must be at least 1114112, got 1114111"),
+        ("sqs_long_polls_max", 0, "must be at least 1, got 0"),
+        ("sqs_message_bytes_max", 1023, "must be at least 1024, got 1023"),
+        ("sqs_message_bytes_max", 1048577, "must be at most 1048576, got 1048577"),
+        ("sqs_idle_timeout_ms", 0, "must be at least 1, got 0"),
     ],
 )
 def test_out_of_range_values_name_their_source(
@@ -580,6 +586,105 @@ def test_amqp_frames_must_fit_in_a_request_while_the_listener_is_on() -> None:
     assert load_settings(environ={}, overrides=off).amqp_listen is None
     with pytest.raises(SettingsError, match="amqp_frame_max_bytes"):
         Settings(max_request_bytes=4096)
+
+
+# --- The SQS API's settings ------------------------------------------------------------------
+
+
+def test_sqs_defaults() -> None:
+    settings = Settings()
+    assert settings.sqs_listen == "127.0.0.1:9324"
+    assert settings.sqs_region == "us-east-1"
+    assert settings.sqs_account_id == "000000000000"
+    assert settings.sqs_access_keys == ()  # signatures are not checked
+    assert settings.sqs_connections_max == 1000
+    assert settings.sqs_request_bytes_max == 8 * 1024 * 1024
+    assert settings.sqs_long_polls_max == 1000
+    assert settings.sqs_message_bytes_max == 1048576
+    assert settings.sqs_idle_timeout_ms == 75000
+
+
+@pytest.mark.parametrize("off", ["off", ""])
+def test_sqs_listen_off_from_every_source(tmp_path: Path, off: str) -> None:
+    path = write_toml(tmp_path, f'sqs_listen = "{off}"\n')
+    assert load_settings(path, environ={}).sqs_listen is None
+    assert load_settings(environ={"WEIRMQ_SQS_LISTEN": off}).sqs_listen is None
+    assert load_settings(environ={}, overrides={"sqs_listen": off}).sqs_listen is None
+    flagged = load_settings(
+        environ={"WEIRMQ_SQS_LISTEN": "off"}, overrides={"sqs_listen": "[::1]:0"}
+    )
+    assert flagged.sqs_listen == "[::1]:0"
+
+
+def test_a_bad_sqs_listen_address_names_the_setting() -> None:
+    assert error_of(environ={"WEIRMQ_SQS_LISTEN": "9324"}) == (
+        "setting 'sqs_listen' from environment variable WEIRMQ_SQS_LISTEN: "
+        "expected HOST:PORT or [IPv6]:PORT, got '9324'"
+    )
+    assert error_of(environ={}, overrides={"sqs_listen": "127.0.0.1:99999"}).startswith(
+        "setting 'sqs_listen' from command-line flag --sqs-listen: expected a port number"
+    )
+
+
+def test_sqs_region_and_account_id(tmp_path: Path) -> None:
+    environ = {"WEIRMQ_SQS_REGION": "eu-west-3", "WEIRMQ_SQS_ACCOUNT_ID": "000000000042"}
+    settings = load_settings(environ=environ)
+    assert (settings.sqs_region, settings.sqs_account_id) == ("eu-west-3", "000000000042")
+    for region in ("us east", "", "eu_west_1", "a" * 65):
+        assert error_of(environ={"WEIRMQ_SQS_REGION": region}).startswith(
+            "setting 'sqs_region' from environment variable WEIRMQ_SQS_REGION: expected a "
+            "region name of letters, digits and '-'"
+        )
+    for account in ("12345678901", "1234567890123", "12345678901x"):
+        assert error_of(environ={"WEIRMQ_SQS_ACCOUNT_ID": account}) == (
+            "setting 'sqs_account_id' from environment variable WEIRMQ_SQS_ACCOUNT_ID: "
+            f"expected an AWS account id of 12 decimal digits, got {account!r}"
+        )
+    # A TOML number would lose the leading zeros: the file must quote it.
+    path = write_toml(tmp_path, "sqs_account_id = 42\n")
+    assert error_of(config_file=path, environ={}) == (
+        f"setting 'sqs_account_id' in {path}: expected an AWS account id of 12 decimal "
+        "digits, as a string, got 42"
+    )
+
+
+def test_sqs_access_keys_are_written_as_amqp_users_are(tmp_path: Path) -> None:
+    environ = {"WEIRMQ_SQS_ACCESS_KEYS": "AKIDEXAMPLE:wJalr/K7+MDENG, test:te:st"}
+    assert load_settings(environ=environ).sqs_access_keys == (
+        ("AKIDEXAMPLE", "wJalr/K7+MDENG"),  # a secret key may hold '/' and '+'
+        ("test", "te:st"),  # split at the first colon
+    )
+    table = write_toml(tmp_path, 'sqs_access_keys = { AKID = "a,b" }\n', "table.toml")
+    assert load_settings(table, environ={}).sqs_access_keys == (("AKID", "a,b"),)
+    listed = write_toml(tmp_path, 'sqs_access_keys = ["AKID:s"]\n', "list.toml")
+    assert load_settings(listed, environ={}).sqs_access_keys == (("AKID", "s"),)
+    assert load_settings(environ={"WEIRMQ_SQS_ACCESS_KEYS": ""}).sqs_access_keys == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("AKID:k,hunter2", "entry 2 is not ACCESS_KEY_ID:SECRET_KEY (no ':' in it)"),
+        (":hunter2", "entry 1 has an empty access key id"),
+        ("AKID:", "access key id 'AKID' has an empty secret key"),
+        ("AKID:hunter2,AKID:other", "access key id 'AKID' is listed twice"),
+        # SigV4's Credential=KEYID/DATE/... could not be split with a '/' in the key id.
+        ("AK/ID:hunter2", "access key id 'AK/ID' may hold only letters, digits and '_'"),
+    ],
+)
+def test_a_bad_sqs_access_key_is_named_without_its_secret(text: str, reason: str) -> None:
+    message = error_of(environ={"WEIRMQ_SQS_ACCESS_KEYS": text})
+    assert message.startswith(
+        f"setting 'sqs_access_keys' from environment variable WEIRMQ_SQS_ACCESS_KEYS: {reason}"
+    )
+    assert "hunter2" not in message and "other" not in message
+
+
+def test_sqs_secret_keys_stay_out_of_repr_and_public_views() -> None:
+    settings = Settings(sqs_access_keys=(("AKID", "hunter2"),))
+    assert "hunter2" not in repr(settings)
+    public = SPECS_BY_NAME["sqs_access_keys"].kind.public
+    assert public is not None and public(settings.sqs_access_keys) == ["AKID"]
 
 
 # --- docs/configuration.md -------------------------------------------------------------------

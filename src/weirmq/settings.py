@@ -34,9 +34,10 @@ Overrides are typed values (from click), but a string is read as text, as on a c
 depend on another setting (``amqp_frame_max_bytes`` at most ``max_request_bytes``) are
 checked there too, once every layer is merged, since only then are both values known.
 
-Some values are secret (``amqp_users`` holds passwords). Their kind says what of them may be
-shown (``ValueKind.public``: the admin API's settings document shows user names only), their
-field is left out of ``repr(settings)``, and an error about one never quotes it.
+Some values are secret (``amqp_users`` holds passwords, ``sqs_access_keys`` secret keys).
+Their kind says what of them may be shown (``ValueKind.public``: the admin API's settings
+document shows user names and access key ids only), their field is left out of
+``repr(settings)``, and an error about one never quotes it.
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ AMQP_FRAME_MAX_BYTES_MAX = 2**32 - 1
 AMQP_MESSAGE_BYTES_MAX = 512 * 1024 * 1024
 """RabbitMQ refuses a max_message_size above 512 MiB: a message is held whole in memory
 while it is routed, so larger ones belong in a log (a Kafka topic) or in object storage."""
+SQS_MESSAGE_BYTES_MAX = 1024 * 1024
+"""SQS's own ceiling on a message (body and attributes), 1 MiB since August 2025; a queue's
+MaximumMessageSize is 1024 bytes to this."""
+SQS_MESSAGE_BYTES_MIN = 1024
+"""The smallest MaximumMessageSize SQS lets a queue have."""
+SQS_REQUEST_BYTES_MIN = SQS_MESSAGE_BYTES_MAX + 64 * 1024
+"""An SQS request body must be able to hold the largest batch SQS allows (ten messages of
+1 MiB in all) plus its envelope (action, queue URL, entry ids, attribute names)."""
+SQS_REGION_CHARS_MAX = 64
+"""AWS's region names are about fifteen characters; the region goes into every queue ARN."""
 # Longer values are cut in error messages: a whole TOML table would drown the point.
 SHOWN_VALUE_CHARS_MAX = 80
 
@@ -264,69 +275,118 @@ def _vhosts_from_value(value: object) -> tuple[str, ...]:
     return names
 
 
-# User names and passwords of the AMQP listener. A password is never put in a message: a
-# malformed entry is named by its position (and its user, once that is known).
-_USER_ENTRY = "USER:PASSWORD"
+# Names with their secrets: the AMQP listener's users and passwords, the SQS API's access
+# keys. Both are written alike: NAME:SECRET pairs, as a comma list, a list of such strings
+# or a TOML table. A secret is never put in a message: a malformed entry is named by its
+# position (and its name, once that is known).
 
 
-def _users_from_text(text: str) -> tuple[tuple[str, str], ...]:
-    # A comma list of USER:PASSWORD ("guest:guest, app:s3cret"), split at each entry's
-    # first colon; empty means no users. A password holding a comma goes in the TOML file.
-    pairs = []
-    for number, entry in enumerate(_comma_list(text), start=1):
-        user, colon, password = entry.partition(":")
-        if not colon:
-            raise _InvalidValue(f"entry {number} is not {_USER_ENTRY} (no ':' in it)")
-        pairs.append((user, password))
-    return _users_checked(pairs)
+@dataclass(frozen=True, slots=True)
+class _SecretPairs:
+    """One kind of (name, secret) pairs: how its errors call things, what a name may be."""
 
+    entry: str
+    """How an entry is written: "USER:PASSWORD"."""
+    name: str
+    """What the first part is called: "user"."""
+    empty_name: str
+    """An empty first part, in "entry 2 has an empty ...": "user name"."""
+    secret: str
+    """What the second part is called: "password"."""
+    name_pattern: re.Pattern[str] | None = None
+    """What a name must match in full; None: any text but the empty one."""
+    name_rule: str = ""
+    """``name_pattern`` in words, for its error."""
 
-def _users_from_value(value: object) -> tuple[tuple[str, str], ...]:
-    if isinstance(value, str):
-        return _users_from_text(value)
-    if isinstance(value, Mapping):  # a TOML table: { guest = "guest", app = "s3cret" }
-        items: list[object] = [(user, password) for user, password in value.items()]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    else:
-        raise _InvalidValue(
-            f"expected {_USER_ENTRY} pairs (a comma list, a list or a table), "
-            f"got a {type(value).__name__}"
-        )
-    pairs = []
-    for number, item in enumerate(items, start=1):
-        if isinstance(item, str):
-            user, colon, password = item.partition(":")
-            if not colon:
-                raise _InvalidValue(f"entry {number} is not {_USER_ENTRY} (no ':' in it)")
-        elif (
-            isinstance(item, tuple | list)
-            and len(item) == 2
-            and all(isinstance(part, str) for part in item)
-        ):
-            user, password = item
+    def from_text(self, text: str) -> tuple[tuple[str, str], ...]:
+        # A comma list ("guest:guest, app:s3cret"), each entry split at its first colon;
+        # empty means none. A secret holding a comma goes in the TOML file.
+        entries = enumerate(_comma_list(text), start=1)
+        return self.checked([self._split(number, entry) for number, entry in entries])
+
+    def from_value(self, value: object) -> tuple[tuple[str, str], ...]:
+        if isinstance(value, str):
+            return self.from_text(value)
+        if isinstance(value, Mapping):  # a TOML table: { guest = "guest", app = "s3cret" }
+            items: list[object] = [(name, secret) for name, secret in value.items()]
+        elif isinstance(value, list | tuple):
+            items = list(value)
         else:
-            raise _InvalidValue(f"entry {number} is not {_USER_ENTRY}")
-        pairs.append((user, password))
-    return _users_checked(pairs)
+            raise _InvalidValue(
+                f"expected {self.entry} pairs (a comma list, a list or a table), "
+                f"got a {type(value).__name__}"
+            )
+        pairs = []
+        for number, item in enumerate(items, start=1):
+            if isinstance(item, str):
+                pairs.append(self._split(number, item))
+            elif (
+                isinstance(item, tuple | list)
+                and len(item) == 2
+                and all(isinstance(part, str) for part in item)
+            ):
+                pairs.append((item[0], item[1]))
+            else:
+                raise _InvalidValue(f"entry {number} is not {self.entry}")
+        return self.checked(pairs)
+
+    def _split(self, number: int, entry: str) -> tuple[str, str]:
+        name, colon, secret = entry.partition(":")
+        if not colon:
+            raise _InvalidValue(f"entry {number} is not {self.entry} (no ':' in it)")
+        return name, secret
+
+    def checked(self, pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+        seen: set[str] = set()
+        for number, (name, secret) in enumerate(pairs, start=1):
+            if not name:
+                raise _InvalidValue(f"entry {number} has an empty {self.empty_name}")
+            if self.name_pattern is not None and self.name_pattern.fullmatch(name) is None:
+                raise _InvalidValue(f"{self.name} {_show(name)} {self.name_rule}")
+            # Everybody knows an empty secret: PLAIN and AMQPLAIN would let anyone in as
+            # this user, and anyone could sign requests with this key.
+            if not secret:
+                raise _InvalidValue(f"{self.name} {_show(name)} has an empty {self.secret}")
+            if name in seen:
+                raise _InvalidValue(f"{self.name} {_show(name)} is listed twice")
+            seen.add(name)
+        return tuple(pairs)
+
+    def kind(self) -> ValueKind:
+        """The setting kind; what of it may be shown is the names, never the secrets."""
+        return ValueKind(self.from_text, self.from_value, public=_pair_names)
 
 
-def _users_checked(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    seen: set[str] = set()
-    for number, (user, password) in enumerate(pairs, start=1):
-        if not user:
-            raise _InvalidValue(f"entry {number} has an empty user name")
-        if not password:  # PLAIN and AMQPLAIN would then let anyone in as this user
-            raise _InvalidValue(f"user {_show(user)} has an empty password")
-        if user in seen:
-            raise _InvalidValue(f"user {_show(user)} is listed twice")
-        seen.add(user)
-    return tuple(pairs)
-
-
-def _user_names(value: object) -> object:
+def _pair_names(value: object) -> object:
     assert isinstance(value, tuple)
-    return [user for user, _password in value]
+    return [name for name, _secret in value]
+
+
+# AWS's own pattern for an AccessKeyId ([\w]+). It also keeps the key id apart in SigV4's
+# "Credential=KEYID/DATE/REGION/sqs/aws4_request" and in the KEYID:SECRET syntax above.
+_ACCESS_KEY_ID = re.compile(r"[A-Za-z0-9_]+")
+_AMQP_USERS = _SecretPairs("USER:PASSWORD", "user", "user name", "password")
+_SQS_ACCESS_KEYS = _SecretPairs(
+    "ACCESS_KEY_ID:SECRET_KEY", "access key id", "access key id", "secret key",
+    name_pattern=_ACCESS_KEY_ID, name_rule="may hold only letters, digits and '_' (as AWS's)",
+)  # fmt: skip
+
+
+def _token_kind(pattern: re.Pattern[str], expected: str) -> ValueKind:
+    """A kind of text that must match `pattern` in full (described as `expected`). A TOML
+    number is refused, not converted: an account id like 000000000001 would lose its zeros."""
+
+    def from_text(text: str) -> str:
+        if pattern.fullmatch(text) is None:
+            raise _InvalidValue(f"expected {expected}, got {_show(text)}")
+        return text
+
+    def from_value(value: object) -> str:
+        if not isinstance(value, str):
+            raise _InvalidValue(f"expected {expected}, as a string, got {_show(value)}")
+        return from_text(value)
+
+    return ValueKind(from_text, from_value)
 
 
 INTEGER = ValueKind(_int_from_text, _int_from_value)
@@ -338,7 +398,14 @@ OPTIONAL_LISTEN_ADDRESS = ValueKind(_optional_listen_from_text, _optional_listen
 ALLOWED_HOSTS = ValueKind(_allowed_hosts_from_text, _allowed_hosts_from_value)
 NAMES = ValueKind(_names_from_text, _names_from_value)
 VHOSTS = ValueKind(_vhosts_from_text, _vhosts_from_value)
-USERS = ValueKind(_users_from_text, _users_from_value, public=_user_names)
+USERS = _AMQP_USERS.kind()
+ACCESS_KEYS = _SQS_ACCESS_KEYS.kind()
+SQS_REGION = _token_kind(
+    re.compile(rf"[A-Za-z0-9-]{{1,{SQS_REGION_CHARS_MAX}}}"),
+    f"a region name of letters, digits and '-' (at most {SQS_REGION_CHARS_MAX}), "
+    "such as 'us-east-1'",
+)
+SQS_ACCOUNT_ID = _token_kind(re.compile(r"[0-9]{12}"), "an AWS account id of 12 decimal digits")
 
 
 def _flag_of(name: str) -> str:
@@ -641,6 +708,53 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         "find dead peers)",
         minimum=0, maximum=INT64_MAX,
     ),
+    # The SQS API (HTTP, what AWS SDKs speak), kept together; SQS's own limits.
+    SettingSpec(
+        "sqs_listen", OPTIONAL_LISTEN_ADDRESS, None,
+        "HOST:PORT of the SQS API (HTTP); port 0 picks a free port; 'off' (or empty) "
+        "disables it",
+    ),
+    SettingSpec(
+        "sqs_region", SQS_REGION, None,
+        "the region named in queue ARNs (arn:aws:sqs:REGION:ACCOUNT:QUEUE)",
+    ),
+    SettingSpec(
+        "sqs_account_id", SQS_ACCOUNT_ID, None,
+        "the 12-digit account in queue URLs and ARNs",
+    ),
+    SettingSpec(
+        "sqs_access_keys", ACCESS_KEYS, None,
+        "ACCESS_KEY_ID:SECRET_KEY pairs requests must be SigV4-signed with, comma-separated; "
+        "empty: signatures are not checked",
+    ),
+    SettingSpec(
+        "sqs_connections_max", INTEGER, None,
+        "HTTP connections to the SQS API open at most; one more is accepted and closed at once",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "sqs_request_bytes_max", INTEGER, None,
+        "largest SQS request body; a larger one is refused (413 RequestEntityTooLarge) "
+        "without being held",
+        minimum=SQS_REQUEST_BYTES_MIN, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "sqs_long_polls_max", INTEGER, None,
+        "ReceiveMessage calls waiting for messages at once; one more does not wait: it "
+        "answers at once with what is there, as with WaitTimeSeconds=0",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "sqs_message_bytes_max", INTEGER, None,
+        "largest SQS message (body and attributes); a larger one is refused "
+        "(InvalidParameterValue); a queue's smaller MaximumMessageSize applies first",
+        minimum=SQS_MESSAGE_BYTES_MIN, maximum=SQS_MESSAGE_BYTES_MAX,
+    ),
+    SettingSpec(
+        "sqs_idle_timeout_ms", INTEGER, None,
+        "an SQS HTTP connection idle between requests for this long is closed",
+        minimum=1, maximum=INT64_MAX,
+    ),
 )
 # fmt: on
 
@@ -768,6 +882,46 @@ class Settings:
     amqp_idle_timeout_ms: int = 0
     """Off: AMQP has heartbeats, which find a dead peer within two intervals, and a client
     that turned them off (or a consumer waiting for deliveries) is quiet on purpose."""
+    # The SQS API (HTTP, what AWS SDKs speak), kept together. SQS's own limits, so that a
+    # client written against AWS behaves the same here (weirmq.protocols.sqs).
+    sqs_listen: str | None = "127.0.0.1:9324"
+    """HOST:PORT of the SQS API; None turns it off. ElasticMQ's port, the one local SQS
+    set-ups already point their SDKs at."""
+    sqs_region: str = "us-east-1"
+    """The region in queue ARNs; AWS's default region, so a client configured for none
+    sees ARNs as it would on AWS."""
+    sqs_account_id: str = "000000000000"
+    """The account in queue URLs (``http://HOST:PORT/ACCOUNT/QUEUE``) and ARNs; a string,
+    since an account id's leading zeros are part of it. LocalStack's default."""
+    sqs_access_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """(access key id, secret key) pairs. Empty: signatures are not checked, so any SDK
+    with any credentials (they all insist on some) is served, as by other local SQS
+    servers. Otherwise a request not SigV4-signed with one of these keys is refused
+    (403). Out of repr: secret keys must not reach a log line."""
+    sqs_connections_max: int = 1000
+    """HTTP connections to the SQS API open at once. One more is accepted and closed at
+    once (SDKs retry a closed connection), so that clients cannot run the process out of
+    file descriptors; the Kafka and AMQP listeners are bounded by `max_connections`."""
+    sqs_request_bytes_max: int = 8 * 1024 * 1024
+    """One HTTP request body at most. A larger one is answered 413 RequestEntityTooLarge
+    without being read whole (and its connection closed), so a client cannot make the
+    broker hold more than this per request. SQS's largest request is a batch of 1 MiB of
+    messages, but on the wire it grows: botocore's JSON escapes non-ASCII text as \\uXXXX
+    and the Query protocol percent-encodes, up to three times the message's bytes; hence
+    8 MiB. At least `SQS_REQUEST_BYTES_MIN`."""
+    sqs_long_polls_max: int = 1000
+    """ReceiveMessage calls waiting for a message at once (WaitTimeSeconds > 0, all queues
+    together). Each holds a connection, a waiter and a timer for up to 20 s; one more does
+    not wait: it answers at once with what is there (maybe nothing), as a short poll would,
+    so it holds nothing and its client simply polls again."""
+    sqs_message_bytes_max: int = SQS_MESSAGE_BYTES_MAX
+    """The largest message, body and attributes counted as SQS counts them; a larger
+    SendMessage is refused InvalidParameterValue (in a batch, that entry fails). A queue
+    whose MaximumMessageSize is smaller is held to that instead. SQS's own maximum."""
+    sqs_idle_timeout_ms: int = 75_000
+    """An HTTP keep-alive connection with no request for this long is closed (aiohttp's
+    default); SDKs open a new one for their next request. A waiting ReceiveMessage is a
+    request in progress, not idleness."""
 
     def __post_init__(self) -> None:
         for spec in SETTING_SPECS:

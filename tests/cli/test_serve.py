@@ -41,6 +41,8 @@ def spawn(log_dir: Path, args: list[str], env: dict[str, str] | None = None) -> 
     clean_env["WEIRMQ_ADMIN_LISTEN"] = "off"
     # The same for AMQP's (5672): a free port, so that a RabbitMQ here changes nothing.
     clean_env["WEIRMQ_AMQP_LISTEN"] = "127.0.0.1:0"
+    # And the SQS API's (9324).
+    clean_env["WEIRMQ_SQS_LISTEN"] = "127.0.0.1:0"
     stderr_path = log_dir / f"serve-{time.time_ns()}.log"
     with stderr_path.open("w") as stderr:
         process = Served(

@@ -2,10 +2,10 @@
 for later still works on first use.
 
 Start-up time and idle memory are mostly imports (docs/architecture.md, "Start-up"): the
-admin API's aiohttp and prometheus_client load on the admin port's first connection, kio's
-readers, writers and schema classes on the first Kafka request, and the client commands'
-libraries never. Each check runs in a fresh interpreter, since this test process has
-imported everything long ago.
+admin API's aiohttp and prometheus_client load on the admin port's first connection (the
+SQS API's code on the SQS port's), kio's readers, writers and schema classes on the first
+Kafka request, and the client commands' libraries never. Each check runs in a fresh
+interpreter, since this test process has imported everything long ago.
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-SERVE_IMPORTS = "import weirmq.cli.main, weirmq.server.run, weirmq.admin.deferred"
+SERVE_IMPORTS = (
+    "import weirmq.cli.main, weirmq.cli.services, weirmq.server.run, weirmq.admin.deferred"
+)
 NOT_AT_START = (
-    # the admin API's, loaded on its first connection
+    # the admin API's and the SQS API's, loaded on their first connection
     "aiohttp", "prometheus_client", "weirmq.admin.http", "weirmq.admin.metrics",
+    "weirmq.protocols.sqs",
     # kio's index of schema classes, readers and writers: on the first Kafka request
     "kio.index", "kio.serial",
     # the CRC-32C library (its import scans every installed distribution): on first use

@@ -10,7 +10,9 @@ that crashed is still there after a restart.
 
 The AMQP listener is started on a free port too (``--amqp-listen 127.0.0.1:0``, never
 RabbitMQ's 5672, so that parallel brokers, and a RabbitMQ on the machine, do not collide);
-its announcement line gives ``BrokerProcess.amqp``.
+its announcement line gives ``BrokerProcess.amqp``. So is the SQS API (``--sqs-listen
+127.0.0.1:0``, never its default 9324): ``BrokerProcess.sqs`` and ``sqs_endpoint``, from
+its line.
 
 Brokers created through the fixtures are always killed at teardown. When a test fails, the
 tail of each broker's stderr (and how the process ended) is attached to the pytest report;
@@ -46,6 +48,12 @@ ADMIN_LINE = re.compile(rb"^weirmq: admin API and metrics on (?P<url>http://[^\s
 AMQP_LINE = re.compile(
     rb"^weirmq: accepting AMQP connections on (?P<host>[^\s]+):(?P<port>\d+)$", re.M
 )
+# An IPv6 host is announced in brackets; the group holds it without them.
+SQS_LINE = re.compile(
+    rb"^weirmq: accepting SQS requests on http://(?:\[(?P<v6>[^\]\s]+)\]|(?P<host>[^\s:]+))"
+    rb":(?P<port>\d+)$",
+    re.M,
+)
 HERE = Path(__file__).resolve().parent
 
 
@@ -67,6 +75,7 @@ class BrokerProcess:
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
         admin_listen: str = "off",
         amqp_listen: str = "127.0.0.1:0",
+        sqs_listen: str = "127.0.0.1:0",
     ) -> None:
         self.admin_listen = admin_listen
         self.admin_url: str | None = None
@@ -74,6 +83,10 @@ class BrokerProcess:
         self.amqp: str | None = None
         """HOST:PORT of the AMQP listener as announced (None when it is off). After a
         first start on port 0 it is kept, so `restart` comes back on the same address."""
+        self.sqs_listen = sqs_listen
+        self.sqs: tuple[str, int] | None = None
+        """(host, port) of the SQS API as announced (the host without brackets; None when
+        it is off), kept for `restart` as `amqp` is."""
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.port = port
@@ -110,6 +123,9 @@ class BrokerProcess:
             self.admin_listen,
             "--amqp-listen",
             self.amqp or self.amqp_listen,
+            # Never 9324: parallel brokers (and another SQS server here) would collide.
+            "--sqs-listen",
+            self._sqs_address() or self.sqs_listen,
         ]
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
             self._proc = subprocess.Popen(
@@ -171,6 +187,13 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def sqs_endpoint(self) -> str:
+        """``http://HOST:PORT`` of the SQS API, an AWS SDK's ``endpoint_url``."""
+        address = self._sqs_address()
+        assert address is not None, "the SQS API is off or the broker never started"
+        return f"http://{address}"
+
+    @property
     def pid(self) -> int:
         assert self._proc is not None, "broker never started"
         return self._proc.pid
@@ -213,6 +236,13 @@ class BrokerProcess:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _sqs_address(self) -> str | None:
+        """`sqs` as HOST:PORT (an IPv6 host in brackets), or None."""
+        if self.sqs is None:
+            return None
+        host, port = self.sqs
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
     def _environment(self) -> dict[str, str]:
         # Settings inherited from the developer's shell would make runs differ between
         # machines: only the ones the test asks for reach the broker.
@@ -231,14 +261,19 @@ class BrokerProcess:
             match = STARTUP_LINE.search(stdout)
             admin = ADMIN_LINE.search(stdout)
             amqp = AMQP_LINE.search(stdout)
+            sqs = SQS_LINE.search(stdout)
             if (
                 match is not None
                 and (self.admin_listen == "off" or admin is not None)
                 and (self.amqp_listen == "off" or amqp is not None)
+                and (self.sqs_listen == "off" or sqs is not None)
             ):
                 self.admin_url = admin.group("url").decode() if admin else None
                 if amqp is not None:
                     self.amqp = f"{amqp.group('host').decode()}:{amqp.group('port').decode()}"
+                if sqs is not None:
+                    host = sqs.group("v6") or sqs.group("host")
+                    self.sqs = (host.decode(), int(sqs.group("port")))
                 return int(match.group("port"))
             code = proc.poll()
             if code is not None:
@@ -306,14 +341,18 @@ def _test_failed(item: pytest.Item) -> bool:
 def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerFactory]:
     """``broker_factory(default_partitions=4)``: start a broker with those WEIRMQ_* settings
     (``admin_listen="127.0.0.1:0"`` turns the HTTP admin API on; it is off by default;
-    ``amqp_listen="off"`` turns the AMQP listener off; it is on a free port by default).
+    ``amqp_listen="off"`` turns the AMQP listener off, ``sqs_listen="off"`` the SQS API;
+    both are on a free port by default).
 
     Each broker gets a fresh data dir in the test's tmp dir and is killed at teardown.
     """
     brokers = request.node.stash.setdefault(BROKERS_KEY, [])
 
     def make(
-        admin_listen: str = "off", amqp_listen: str = "127.0.0.1:0", **settings: object
+        admin_listen: str = "off",
+        amqp_listen: str = "127.0.0.1:0",
+        sqs_listen: str = "127.0.0.1:0",
+        **settings: object,
     ) -> BrokerProcess:
         number = len(brokers) + 1
         broker = BrokerProcess(
@@ -322,6 +361,7 @@ def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[B
             env=broker_env(**settings),
             admin_listen=admin_listen,
             amqp_listen=amqp_listen,
+            sqs_listen=sqs_listen,
         )
         brokers.append(broker)
         return broker.start()

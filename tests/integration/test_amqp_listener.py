@@ -78,7 +78,8 @@ def test_the_amqp_line_follows_the_kafka_line_and_off_prints_none(
     lines = on.stdout_path.read_text().splitlines()
     assert lines[0].startswith("weirmq: accepting Kafka connections on ")
     assert lines[1].startswith("weirmq: admin API and metrics on ")  # kept in its place
-    assert lines[2] == AMQP_ANNOUNCEMENT + on.amqp
+    assert lines[2] == "weirmq: accepting SQS requests on " + on.sqs_endpoint  # a service too
+    assert lines[3] == AMQP_ANNOUNCEMENT + on.amqp  # last, after every service's line
     off = broker_factory(amqp_listen="off")
     assert off.amqp is None
     assert off.stdout_path is not None
@@ -111,6 +112,7 @@ def serve(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     """`weirmq serve` run to its end (a start that fails), without the developer's
     `WEIRMQ_*` variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEIRMQ_")}
+    env["WEIRMQ_SQS_LISTEN"] = "127.0.0.1:0"  # never the SQS API's 9324 in tests
     command = [sys.executable, "-m", "weirmq", "serve", "--listen", "127.0.0.1:0"]
     command += ["--admin-listen", "off", "--data-dir", str(tmp_path / "data"), *flags]
     return subprocess.run(command, capture_output=True, text=True, timeout=30, env=env)

@@ -188,6 +188,7 @@ def test_rss_per_thousand_idle_connections_and_idle_cpu(broker_factory: BrokerFa
 def serve(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEIRMQ_")}
     env["WEIRMQ_AMQP_LISTEN"] = "127.0.0.1:0"  # never RabbitMQ's 5672 in tests
+    env["WEIRMQ_SQS_LISTEN"] = "127.0.0.1:0"  # nor the SQS API's 9324
     command = [sys.executable, "-m", "weirmq", "serve", "--listen", "127.0.0.1:0"]
     command += ["--data-dir", str(data_dir), *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=30, env=env)

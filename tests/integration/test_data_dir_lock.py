@@ -54,6 +54,8 @@ def serve_once(data_dir: Path, cwd: Path) -> tuple[subprocess.CompletedProcess[s
         "off",
         "--amqp-listen",
         "127.0.0.1:0",
+        "--sqs-listen",
+        "127.0.0.1:0",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEIRMQ_")}
     started = time.monotonic()

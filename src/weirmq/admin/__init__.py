@@ -3,7 +3,8 @@
 - `weirmq.admin.http`: the aiohttp application (`create_app`) and the `AdminService` that
   runs it beside the Kafka listener, on the broker's own event loop;
 - `weirmq.admin.deferred`: `DeferredAdminService`, which opens the admin port at start-up
-  and loads `weirmq.admin.http` on its first connection (what ``weirmq serve`` runs);
+  and loads `weirmq.admin.http` on its first connection (what ``weirmq serve`` runs), on
+  the generic `DeferredService` that the SQS API's port uses too;
 - `weirmq.admin.views`: broker state as JSON documents (what each endpoint answers);
 - `weirmq.admin.openapi`: the OpenAPI document describing those endpoints;
 - `weirmq.admin.metrics`: the Prometheus collector reading the broker's counters.

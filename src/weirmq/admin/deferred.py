@@ -1,26 +1,39 @@
-"""The admin API's port, open from the start; aiohttp and prometheus_client loaded on the
-first connection to it.
+"""HTTP services whose port is open from the start and whose code loads on the first
+connection to it: the admin API (`DeferredAdminService`), and the SQS API, which the CLI
+builds on the same `DeferredService` (`weirmq.cli.services`).
 
 Theory of operation
 -------------------
 aiohttp, prometheus_client and the admin application cost ~16 MB of a broker's ~50 MB
 idle RSS and ~0.15 s of CPU to import (measured on these machines), and a broker that
-nobody asks over HTTP never needs them. So `DeferredAdminService.start` only binds and
-listens on ``settings.admin_listen``, as aiohttp would (every address the host resolves
+nobody asks over HTTP never needs them; the SQS API needs aiohttp too. So
+`DeferredService.start` only binds and listens on the address of its setting (for the
+admin API, ``settings.admin_listen``), as aiohttp would (every address the host resolves
 to, ``SO_REUSEADDR``, IPv6 sockets IPv6-only, a backlog of 128), and returns the line
 announcing the URL. From then on the kernel completes connections into the listen
 backlog, so a client connects at once. The first one makes a listening socket readable;
-the service then imports `weirmq.admin.http` on a worker thread (the loop keeps serving
-Kafka clients meanwhile) and hands the listening sockets to `AdminService`, whose aiohttp
-server accepts the connections waiting in the backlog, and every later one. Their
-requests wait meanwhile. The first request is answered ~0.15 s later than it would be by a
-server started eagerly (measured); later ones are not.
+the service then imports its module (`DeferredService.module_name`) on a worker thread
+(the loop keeps serving Kafka clients meanwhile) and hands the listening sockets to the
+real service found there (`DeferredService.class_name`: `AdminService`, `SqsService`),
+whose aiohttp server accepts the connections waiting in the backlog, and every later one.
+Their requests wait meanwhile. The first request is answered ~0.15 s later than it would
+be by a server started eagerly (measured); later ones are not.
+
+The real service is anything shaped like `LoadedService`: built from the `Settings`,
+started with the broker and the listening sockets, stopped. That is all this module
+knows of it, which is what lets one mechanism serve both APIs.
 
 What stays as with an eager start: a port that is taken or an address that cannot be
 bound fails `start` (and so the broker's start-up) with the same `OSError`; the
-announcement names the bound address; `stop` closes the port, whether or not aiohttp was
-ever loaded. If loading fails (it should not: aiohttp is a dependency), the error is
-logged and the port closed, so clients are refused rather than left waiting.
+announcement names the bound address; `stop` closes the port, whether or not the real
+service was ever loaded. If loading fails (it should not: aiohttp is a dependency), the
+error is logged and the port closed, so clients are refused rather than left waiting.
+`load_at_start=True` loads at once instead (`weirmq.testing`, where a test would rather
+see a broken service fail the broker's start than its first request).
+
+Why the mechanism lives in `admin/`: the services that use it are built by the CLI and by
+`weirmq.testing`, which may import anything, and by nothing else; `admin/` may not import
+`server/` (ARCHITECTURE.md), so this is the one place where the admin API can share it.
 
 This module imports only the standard library and `weirmq.settings`, and so must stay.
 """
@@ -31,7 +44,7 @@ import asyncio
 import importlib
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from weirmq.settings import Settings, parse_host_port
 
@@ -45,44 +58,91 @@ LISTEN_BACKLOG = 128
 """aiohttp's own default for its sites."""
 
 
-class DeferredAdminService:
-    """`weirmq.admin.http.AdminService`, loaded on the first connection; see the module
-    docstring. A `weirmq.server.run.Service`."""
+class LoadedService(Protocol):
+    """What a deferred service loads: ``cls(settings)``, then `start` and `stop`."""
 
-    module_name = "weirmq.admin.http"
-    """Where `AdminService` is loaded from (a test points it elsewhere)."""
+    async def start(self, broker: Broker, sockets: list[socket.socket]) -> object:
+        """Serve on `sockets` (bound and listening already); what it returns is unused."""
+        ...
 
-    def __init__(self, settings: Settings) -> None:
+    async def stop(self) -> None:
+        """Stop serving and let go of the sockets (idempotent)."""
+        ...
+
+
+ServiceT = TypeVar("ServiceT", bound=LoadedService)
+
+
+class DeferredService(Generic[ServiceT]):
+    """A service's port, bound at `start`; the service itself loaded on the first
+    connection (see the module docstring). A `weirmq.server.run.Service`.
+
+    A subclass names what it defers, in five class attributes: `setting`, `what`,
+    `module_name`, `class_name` and `announcement`.
+    """
+
+    setting: ClassVar[str]
+    """The `Settings` field holding the listen address (None: off), e.g. "admin_listen"."""
+    what: ClassVar[str]
+    """The service in messages: "admin API" ("the admin API could not start")."""
+    module_name: str
+    """Where the service class is loaded from (a test points it elsewhere)."""
+    class_name: ClassVar[str]
+    """The service class in that module, built as ``cls(settings)``."""
+    announcement: ClassVar[str]
+    """The announcement line up to its URL, which follows it: "weirmq: admin API and
+    metrics on " (the line is then "... on http://HOST:PORT")."""
+
+    def __init__(self, settings: Settings, *, load_at_start: bool = False) -> None:
         self.settings = settings
+        self.load_at_start = load_at_start
+        """Load the service during `start` rather than on the first connection."""
         self._sockets: list[socket.socket] = []
         self._watched: list[int] = []  # file descriptors with our reader on the loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loading: asyncio.Task[None] | None = None
-        self.service: AdminService | None = None
+        self.service: ServiceT | None = None
         """The real service, once the first connection has loaded it."""
+
+    @property
+    def listen(self) -> str | None:
+        """The setting's value: HOST:PORT to bind, or None when the service is off."""
+        value = getattr(self.settings, self.setting)
+        assert value is None or isinstance(value, str), f"{self.setting} is not an address"
+        return value
 
     @property
     def address(self) -> tuple[str, int]:
         """(host, port) bound first; the port is the real one when 0 was asked for."""
         if not self._sockets:
-            raise RuntimeError("the admin API has not started")
+            raise RuntimeError(f"the {self.what} has not started")
         host, port = self._sockets[0].getsockname()[:2]
         return str(host), int(port)
 
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT`` of `address` (an IPv6 host in brackets)."""
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
     async def start(self, broker: Broker) -> str:
         """Bind and listen; returns the line announcing where. Raises `OSError` as an
-        eager start would (address in use, cannot be resolved or bound)."""
-        if self.settings.admin_listen is None:
-            raise ValueError("admin_listen is off; there is nothing to start")
-        host, port = parse_host_port(self.settings.admin_listen)
+        eager start would (address in use, cannot be resolved or bound); with
+        `load_at_start`, also what loading raised (the port closed)."""
+        listen_address = self.listen
+        if listen_address is None:
+            raise ValueError(f"{self.setting} is off; there is nothing to start")
+        host, port = parse_host_port(listen_address)
         self._loop = loop = asyncio.get_running_loop()
         self._sockets = await listen(loop, host, port)
+        line = self.announcement + self.url
+        if self.load_at_start:
+            await self._load(broker)
+            return line
         for sock in self._sockets:
             loop.add_reader(sock.fileno(), self._first_connection, broker)
             self._watched.append(sock.fileno())
-        host, port = self.address
-        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        return f"weirmq: admin API and metrics on http://{shown}"
+        return line
 
     async def stop(self) -> None:
         """Stop serving and close the port (idempotent; also after a failed start)."""
@@ -99,19 +159,28 @@ class DeferredAdminService:
     def _first_connection(self, broker: Broker) -> None:
         self._unwatch()
         assert self._loop is not None and self._loading is None
-        self._loading = self._loop.create_task(self._load(broker), name="admin-api-load")
+        name = self.what.lower().replace(" ", "-") + "-load"
+        self._loading = self._loop.create_task(self._load_logged(broker), name=name)
+
+    async def _load_logged(self, broker: Broker) -> None:
+        try:
+            await self._load(broker)
+        except Exception:  # nobody awaits this task: the log is where it goes
+            log.exception("the %s could not start; closing its port", self.what)
 
     async def _load(self, broker: Broker) -> None:
+        """Import the module, build the service, serve on our sockets. On failure the port
+        is closed (clients are refused, not left waiting) and the error raised."""
         try:
             module: Any = await asyncio.to_thread(importlib.import_module, self.module_name)
-            self.service = module.AdminService(self.settings)
+            self.service = getattr(module, self.class_name)(self.settings)
             await self.service.start(broker, sockets=self._sockets)
         except Exception:
-            log.exception("the admin API could not start; closing its port")
             service, self.service = self.service, None
             if service is not None:  # started half way: its server lets go of the sockets
                 await service.stop()
             self._close_sockets()
+            raise
 
     def _unwatch(self) -> None:
         watched, self._watched = self._watched, []
@@ -122,6 +191,18 @@ class DeferredAdminService:
     def _close_sockets(self) -> None:
         for sock in self._sockets:
             sock.close()  # a no-op for those aiohttp's server has closed already
+
+
+class DeferredAdminService(DeferredService["AdminService"]):
+    """`weirmq.admin.http.AdminService`, loaded on the first connection to
+    ``settings.admin_listen``; see the module docstring."""
+
+    setting = "admin_listen"
+    what = "admin API"
+    module_name = "weirmq.admin.http"
+    class_name = "AdminService"
+    announcement = "weirmq: admin API and metrics on "
+    service: AdminService | None
 
 
 async def listen(

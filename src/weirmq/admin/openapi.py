@@ -23,6 +23,7 @@ from weirmq import __version__
 from weirmq.broker.configs import EXCHANGE_TYPES
 from weirmq.broker.core import PARTITIONS_MAX
 from weirmq.settings import (
+    ACCESS_KEYS,
     ADVERTISED_ADDRESS,
     ALLOWED_HOSTS,
     BOOLEAN,
@@ -32,6 +33,8 @@ from weirmq.settings import (
     NAMES,
     OPTIONAL_LISTEN_ADDRESS,
     SETTING_SPECS,
+    SQS_ACCOUNT_ID,
+    SQS_REGION,
     USERS,
     VHOSTS,
     SettingSpec,
@@ -135,11 +138,12 @@ def _setting_schema(spec: SettingSpec) -> Schema:
             schema["maximum"] = spec.maximum
     elif spec.kind is BOOLEAN:
         schema = {"type": "boolean"}
-    elif spec.kind in (DIRECTORY, LISTEN_ADDRESS):
+    elif spec.kind in (DIRECTORY, LISTEN_ADDRESS, SQS_REGION, SQS_ACCOUNT_ID):
         schema = {"type": "string"}
     elif spec.kind in (ADVERTISED_ADDRESS, OPTIONAL_LISTEN_ADDRESS):
         schema = {"type": "string", "nullable": True}
-    elif spec.kind in (ALLOWED_HOSTS, NAMES, VHOSTS, USERS):  # USERS: the names, no passwords
+    elif spec.kind in (ALLOWED_HOSTS, NAMES, VHOSTS, USERS, ACCESS_KEYS):
+        # USERS and ACCESS_KEYS: the names, never the passwords or secret keys
         schema = {"type": "array", "items": {"type": "string"}}
     else:  # a new kind of setting: describe it here (a test fetches this document)
         raise AssertionError(f"setting {spec.name!r} has a kind the OpenAPI schema lacks")

@@ -361,6 +361,7 @@ class Target(Protocol):
 
 
 AMQP_LISTEN_SETTING = "amqp_listen"
+SQS_LISTEN_SETTING = "sqs_listen"
 
 
 def amqp_listen_env() -> dict[str, str]:
@@ -368,9 +369,19 @@ def amqp_listen_env() -> dict[str, str]:
     the setting: its default (5672) would clash with any other broker on the machine, a
     RabbitMQ among them. Empty for a build without it (an unknown ``WEIRMQ_`` variable
     stops the broker from starting)."""
+    return _free_port_env(AMQP_LISTEN_SETTING)
+
+
+def sqs_listen_env() -> dict[str, str]:
+    """The SQS API on a free loopback port, as `amqp_listen_env` does for AMQP: its
+    default (9324) would clash with any other broker, or SQS server, on the machine."""
+    return _free_port_env(SQS_LISTEN_SETTING)
+
+
+def _free_port_env(setting: str) -> dict[str, str]:
     from weirmq.settings import SPECS_BY_NAME
 
-    spec = SPECS_BY_NAME.get(AMQP_LISTEN_SETTING)
+    spec = SPECS_BY_NAME.get(setting)
     return {} if spec is None else {spec.env_var: "127.0.0.1:0"}
 
 
@@ -389,6 +400,7 @@ class BrokerProcess:
             if not k.startswith("WEIRMQ_") and k != "PYTHONDONTWRITEBYTECODE"
         }
         env.update(amqp_listen_env())
+        env.update(sqs_listen_env())
         env.update(settings_env or {})
         self.started = time.perf_counter()
         with self.log_path.open("w") as log:

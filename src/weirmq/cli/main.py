@@ -12,16 +12,12 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from weirmq import __version__
 from weirmq.cli.lazy import add_client_commands
-from weirmq.settings import Settings, SettingsError, load_settings
-
-if TYPE_CHECKING:
-    from weirmq.broker.core import Broker
+from weirmq.settings import SettingsError, load_settings
 
 USAGE_EXIT_CODE = 2
 STARTUP_FAILED_EXIT_CODE = 1
@@ -66,6 +62,13 @@ def main() -> None:
     "[default: 127.0.0.1:5672].",
 )
 @click.option(
+    "--sqs-listen",
+    metavar="HOST:PORT",
+    default=None,
+    help="Address of the SQS API (HTTP, for AWS SDKs); port 0 picks a free one, 'off' "
+    "disables it [default: 127.0.0.1:9324].",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -85,6 +88,7 @@ def serve(
     advertise: str | None,
     admin_listen: str | None,
     amqp_listen: str | None,
+    sqs_listen: str | None,
     config_file: Path | None,
     log_level: str,
 ) -> None:
@@ -94,12 +98,15 @@ def serve(
         overrides["admin_listen"] = admin_listen
     if amqp_listen is not None:  # likewise
         overrides["amqp_listen"] = amqp_listen
+    if sqs_listen is not None:  # likewise
+        overrides["sqs_listen"] = sqs_listen
     try:
         settings = load_settings(config_file, overrides=overrides)
     except SettingsError as exc:
         click.echo(f"weirmq serve: {exc}", err=True)
         sys.exit(USAGE_EXIT_CODE)
     _skip_test_only_imports()
+    from weirmq.cli.services import http_services
     from weirmq.server.run import serve as run_broker
     from weirmq.server.run import tune_malloc
     from weirmq.server.startup import StartupError
@@ -111,9 +118,10 @@ def serve(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     tune_malloc()
-    # The admin port opens now; aiohttp and prometheus_client load on its first connection
-    # (see weirmq/admin/deferred.py), so a broker nobody asks over HTTP never pays for them.
-    services = [] if settings.admin_listen is None else [_AdminPort(settings)]
+    # The admin and SQS ports open now; aiohttp and their applications load on their first
+    # connection (see weirmq/admin/deferred.py), so a broker nobody asks over HTTP never
+    # pays for them.
+    services = http_services(settings)
     try:
         asyncio.run(run_broker(settings, services=services))
     except (OSError, DataDirLockedError, StartupError) as exc:
@@ -124,30 +132,6 @@ def serve(
         sys.exit(STARTUP_FAILED_EXIT_CODE)
     except KeyboardInterrupt:  # a second Ctrl-C during the orderly stop
         sys.exit(130)
-
-
-class _AdminPort:
-    """The admin API's service (`weirmq.admin.deferred`), with a port that cannot be bound
-    named together with its setting: two brokers started with default settings collide on
-    it, and "address in use" alone sends the operator looking at the Kafka port."""
-
-    def __init__(self, settings: Settings) -> None:
-        from weirmq.admin.deferred import DeferredAdminService
-
-        self.settings = settings
-        self.service = DeferredAdminService(settings)
-
-    async def start(self, broker: Broker) -> str | None:
-        from weirmq.server.startup import listener_error
-
-        try:
-            return await self.service.start(broker)
-        except OSError as exc:
-            address = self.settings.admin_listen or ""
-            raise listener_error("admin API", address, "admin_listen", exc) from exc
-
-    async def stop(self) -> None:
-        await self.service.stop()
 
 
 def _skip_test_only_imports() -> None:

@@ -22,7 +22,12 @@ The HTTP admin API is off by default: it costs ~300 ms of imports that most test
 need. `Broker(admin=True)` turns it on (on a free port, see `admin_url`). The AMQP 0-9-1
 listener is off by default too, so that a test broker never takes RabbitMQ's port 5672
 (`weirmq serve`'s default); `Broker(amqp=True)` turns it on, on a free port (see
-`amqp_address`, read from the line the broker announces it with).
+`amqp_address`, read from the line the broker announces it with). The SQS API is off by
+default for the same reasons (aiohttp's imports, and `weirmq serve`'s port 9324);
+`Broker(sqs=True)` turns it on, on a free port (see `sqs_endpoint`, the endpoint URL for
+an AWS SDK). It is the service `weirmq serve` runs (`weirmq.cli.services`), loaded at
+start rather than on the first connection, so that an SQS API that cannot load fails
+`start()` instead of a test's first request.
 
 Start-up time is mostly imports, paid once per process: ~220 ms for the broker's modules
 (kio's message classes are most of it), then a few milliseconds per broker. kio registers
@@ -61,6 +66,7 @@ class Broker:
         data_dir: str | Path | None = None,
         admin: bool = False,
         amqp: bool = False,
+        sqs: bool = False,
         **settings: Any,
     ) -> None:
         self._own_data_dir = data_dir is None
@@ -68,6 +74,8 @@ class Broker:
         self._admin = admin
         self._amqp = amqp
         self._amqp_address: str | None = None
+        self._sqs = sqs
+        self._sqs_endpoint: str | None = None
         self._overrides = settings
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -92,6 +100,7 @@ class Broker:
                 "listen": "127.0.0.1:0",
                 "admin_listen": "127.0.0.1:0" if self._admin else None,
                 "amqp_listen": "127.0.0.1:0" if self._amqp else None,
+                "sqs_listen": "127.0.0.1:0" if self._sqs else None,
                 "data_dir": self._data_dir,
                 **self._overrides,
             }
@@ -158,6 +167,12 @@ class Broker:
         return self._amqp_address
 
     @property
+    def sqs_endpoint(self) -> str | None:
+        """``http://127.0.0.1:PORT`` of the SQS API, an AWS SDK's ``endpoint_url``; None
+        unless ``Broker(sqs=True)``."""
+        return self._sqs_endpoint
+
+    @property
     def data_dir(self) -> Path:
         assert self._data_dir is not None, "not started"
         return self._data_dir
@@ -199,11 +214,19 @@ class Broker:
 
             self._admin_service = AdminService(settings)
             services.append(self._admin_service)
+        sqs_service = None
+        if settings.sqs_listen is not None:  # after the admin API, as `weirmq serve` has it
+            from weirmq.cli.services import DeferredSqsService
+
+            sqs_service = DeferredSqsService(settings, load_at_start=True)
+            services.append(sqs_service)
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
 
         def ready(core: Any) -> None:
             self._core = core
+            if sqs_service is not None:
+                self._sqs_endpoint = sqs_service.url
             self._ready.set()
 
         def announce(line: str) -> None:
@@ -219,6 +242,7 @@ class Broker:
     def _cleanup(self) -> None:
         self._core = None
         self._amqp_address = None
+        self._sqs_endpoint = None
         if self._own_data_dir and self._data_dir is not None:
             shutil.rmtree(self._data_dir, ignore_errors=True)
 
