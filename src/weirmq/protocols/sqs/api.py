@@ -69,6 +69,7 @@ from .model import (
     KNOWN,
     MEMBER,
     STANDARD_SHOWN,
+    WINDOW_RECORDS,
     SqsModel,
     SqsQueue,
 )
@@ -87,6 +88,8 @@ VISIBILITY_MAX_S: Final = 43_200
 DELAY_MAX_S: Final = 900
 READ_BYTES_MAX: Final = 12 << 20
 """One receive reads at most this much of the log (ten 1 MiB messages, whole batches)."""
+FIRST_RECEIVES_MAX: Final = 2 * WINDOW_RECORDS
+"""First-receive times one queue keeps before forgetting those of settled messages."""
 FIFO_SCAN_RECORDS: Final = 1_000
 """Ready messages a FIFO receive looks through for groups with nothing in flight."""
 LIST_RESULTS_MAX: Final = 1000
@@ -114,12 +117,12 @@ _sequence = itertools.count()
 @dataclass(frozen=True, slots=True)
 class Caller:
     """Who sent a request: the base URL they reached (queue URLs are made from it), the
-    access key that signed it (SenderId), and their address (for flow's quotas)."""
+    access key that signed it (SenderId, and the client id flow's quotas know it by), and
+    their address."""
 
     base_url: str
     access_key: str
     peer: str
-    client_id: str = ""
 
 
 @dataclass(slots=True)
@@ -503,7 +506,7 @@ class SqsApi:
         if broker.flow.idle:
             return
         size = sum(len(e.record.value or b"") for e in entries if e.record is not None)
-        context = RequestContext(caller.client_id or caller.access_key, f"/{caller.peer}", "sqs")
+        context = RequestContext(caller.access_key, f"/{caller.peer}", "sqs")
         decision = self.admission.admit(context, size, self.now(), Kind.PRODUCE, [queue.topic])
         if decision.wait_for:
             names = ", ".join(sorted(decision.wait_for))
@@ -555,11 +558,7 @@ class SqsApi:
                     self.long_polls += 1
                 if not await self._wait(queue, deadline):
                     break
-                queue = self.model.get(queue.name) or queue
-                if self.model.get(queue.name) is None:
-                    raise SqsError(
-                        Fault.QUEUE_DOES_NOT_EXIST, "The specified queue does not exist."
-                    )
+                queue = self.model.required(queue.name)  # deleted while it waited?
         finally:
             if waiting:
                 self.long_polls -= 1
@@ -666,6 +665,10 @@ class SqsApi:
         now: int,
     ) -> dict[str, Any]:
         first = queue.first_receive.setdefault(offset, now)
+        if len(queue.first_receive) > FIRST_RECEIVES_MAX:
+            queue.forget_first_receives(
+                self.broker.shares.queue_start(queue.group_id, queue.topic_id, 0) or 0
+            )
         body = m.body(record)
         handle = _HANDLE.pack(
             _HANDLE_VERSION,

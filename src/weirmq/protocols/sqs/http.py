@@ -199,7 +199,7 @@ class SqsService:
             if "QueueUrl" not in params and path.count("/") == 1:
                 params["QueueUrl"] = f"{base}/{path}"
         peer = request.remote or ""
-        caller = Caller(base, access_key, peer, request.headers.get("User-Agent", "")[:128])
+        caller = Caller(base, access_key, peer)
         result = await api.call(action, params, caller)
         if json_protocol:
             return web.Response(

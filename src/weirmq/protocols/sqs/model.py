@@ -244,6 +244,10 @@ class SqsQueue:
             DELAY_ENABLE: "true",
         }
 
+    def forget_first_receives(self, below: int) -> None:
+        for offset in [o for o in self.first_receive if o < below]:
+            del self.first_receive[offset]
+
     def count_delayed(self, now_ms: int) -> int:
         now_s = now_ms // 1000
         for due in [due for due in self.delayed if due <= now_s]:
@@ -633,9 +637,7 @@ class SqsModel:
             start = broker.shares.queue_start(queue.group_id, queue.topic_id, 0)
             if partition is None or start is None:
                 continue
-            if queue.first_receive:
-                for offset in [o for o in queue.first_receive if o < start]:
-                    del queue.first_receive[offset]
+            queue.forget_first_receives(start)
             if start > partition.log_start_offset:
                 try:
                     broker.delete_records(queue.topic, 0, start)
