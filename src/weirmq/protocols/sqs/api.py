@@ -272,12 +272,11 @@ class SqsApi:
 
     async def add_permission(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
         self._queue(params)
-        raise SqsError(
-            Fault.UNSUPPORTED_OPERATION,
-            "AddPermission is not supported: WeirMQ's SQS API does not enforce queue policies.",
-        )
+        raise _no_permissions("AddPermission")
 
-    remove_permission = add_permission
+    async def remove_permission(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        self._queue(params)
+        raise _no_permissions("RemovePermission")
 
     def _queue(self, params: Mapping[str, Any]) -> SqsQueue:
         return self.model.required(self.model.name_of_url(params.get("QueueUrl")))
@@ -532,8 +531,14 @@ class SqsApi:
             WAIT_SECONDS_MAX,
             queue.integer("ReceiveMessageWaitTimeSeconds"),
         )
-        system = set(_string_list(params, "AttributeNames"))
-        system |= set(_string_list(params, "MessageSystemAttributeNames"))
+        # "ALL" in any case: kombu sends it, and SQS takes it.
+        system = {
+            "All" if name.lower() == "all" else name
+            for name in (
+                *_string_list(params, "AttributeNames"),
+                *_string_list(params, "MessageSystemAttributeNames"),
+            )
+        }
         unknown = system - SYSTEM_ATTRIBUTES
         if unknown:
             raise SqsError(Fault.INVALID_ATTRIBUTE_NAME, f"Unknown Attribute {min(unknown)}.")
@@ -541,8 +546,8 @@ class SqsApi:
         attempt = params.get("ReceiveRequestAttemptId")
         if queue.fifo and attempt is not None:
             again = self._attempt(queue, str(attempt))
-            if again is not None:
-                return {"Messages": again} if again else {}
+            if again:
+                return {"Messages": again}
         deadline = self.now() + wait_s * 1000
         lock_ms = visibility * 1000
         waiting = False
@@ -562,7 +567,7 @@ class SqsApi:
         finally:
             if waiting:
                 self.long_polls -= 1
-        if queue.fifo and attempt is not None:
+        if queue.fifo and attempt is not None and got:
             self._remember_attempt(queue, str(attempt), got)
         return {"Messages": got} if got else {}
 
@@ -1092,6 +1097,13 @@ def _decode_handle(handle: str) -> tuple[uuid.UUID, int, int]:
     if version != _HANDLE_VERSION:
         raise _invalid_handle(handle)
     return uuid.UUID(bytes=topic), offset, count
+
+
+def _no_permissions(action: str) -> SqsError:
+    return SqsError(
+        Fault.UNSUPPORTED_OPERATION,
+        f"{action} is not supported: WeirMQ's SQS API does not enforce queue policies.",
+    )
 
 
 def _invalid_handle(handle: str) -> SqsError:

@@ -343,7 +343,7 @@ def selected_attributes(
     `.*`, and prefixes ending in `.*`)."""
     if not names or not attributes:
         return {}
-    if any(name in ("All", ".*") for name in names):
+    if any(name.lower() == "all" or name == ".*" for name in names):
         return dict(attributes)
     wanted = set(names)
     prefixes = tuple(name[:-1] for name in names if name.endswith(".*"))
