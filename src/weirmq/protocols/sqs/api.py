@@ -186,6 +186,8 @@ class SqsApi:
 
     async def list_queues(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
         prefix = params.get("QueueNamePrefix") or ""
+        if not isinstance(prefix, str):
+            raise _invalid_value("QueueNamePrefix", prefix)
         names = [q for q in self.model.queues() if q.name.startswith(prefix)]
         urls = [self.model.url(q, caller.base_url) for q in names]
         return _page(urls, params, "QueueUrls")
@@ -1075,7 +1077,9 @@ def _page(
         try:
             start = int(base64.urlsafe_b64decode(str(token).encode()).decode())
         except (ValueError, binascii.Error):
-            raise _invalid_value("NextToken", token) from None
+            start = -1
+        if start < 0:
+            raise _invalid_value("NextToken", token)
     if limit is None:
         page = items[start : start + LIST_RESULTS_MAX]
         result: dict[str, Any] = {key: page} if page or always else {}
