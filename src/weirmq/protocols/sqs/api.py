@@ -4,11 +4,19 @@ query.py; the HTTP layer is http.py).
 
 Sending. A send is checked as SQS checks it (body characters, attributes, sizes, delays,
 FIFO's group and deduplication ids), asked of the flow controller (`flow/`, as every
-protocol's writes are: a blocked resource or a quota answers RequestThrottled, which the
-AWS SDKs retry with backoff), appended as one batch (a SendMessageBatch's entries that
+protocol's writes are), appended as one batch (a SendMessageBatch's entries that
 passed their checks together), and answered once that batch is fsynced (the group commit
 covers every request waiting), so a message SQS said it has is never lost. A delayed
 message goes through the broker's durable delays service.
+
+Flow control is Kafka's, told in SQS's words. A send is refused with RequestThrottled
+(which the AWS SDKs retry with backoff) and not stored when a guarded resource is blocked
+(free disk, a queue's backlog bound: `flow/`), or when its sender (the access key) is in
+a throttle. A throttle comes from a send the flow controller admitted but asked to slow
+down (the sender's produce quota, a resource between its marks): that send is stored, as
+Kafka stores the request that crosses a quota, and the sender's next sends are refused
+for the throttle's time, before anything of them is charged to quotas or backlogs: a
+sender that waits as told gets in, and producers slow down gradually.
 
 Receiving. A receive acquires up to MaxNumberOfMessages from the queue engine for the one
 member `MEMBER`, each locked for the VisibilityTimeout, and mints each a new receipt
@@ -24,8 +32,13 @@ deduplicated over five minutes by MessageDeduplicationId (or the body's SHA-256 
 ContentBasedDeduplication), scoped to the queue or to the group (DeduplicationScope); a
 duplicate is answered with the first one's MessageId and SequenceNumber and not stored
 again. The deduplication book is memory, rebuilt on start from the last five minutes of
-the queue's log. A receive retried with the same ReceiveRequestAttemptId within five
-minutes gets the same messages and handles while they are still in flight.
+the queue's log (which keeps at least those five minutes: model.py's `trim`). A receive
+retried with the same ReceiveRequestAttemptId within five minutes gets the same messages
+and handles while they are still in flight. A FIFO queue's DelaySeconds does not go
+through the delays service: the message is appended at once with its due time (header
+weirmq.sqs.visible.at), and a receive skips it, and the rest of its group, until then. So
+the log holds every message the deduplication book needs, and the group's order holds
+whatever the delay.
 
 Deleting. A receipt handle names one delivery. Deleting with the newest handle of a
 message in flight acknowledges it (the engine's ACCEPT); with the newest handle of a
@@ -90,6 +103,9 @@ READ_BYTES_MAX: Final = 12 << 20
 """One receive reads at most this much of the log (ten 1 MiB messages, whole batches)."""
 FIRST_RECEIVES_MAX: Final = 2 * WINDOW_RECORDS
 """First-receive times one queue keeps before forgetting those of settled messages."""
+THROTTLED_SENDERS_MAX: Final = 10_000
+"""Senders in a throttle at once that are remembered (past it, a throttle goes unsaid:
+the flow controller's blocked state still refuses what must not be stored)."""
 FIFO_SCAN_RECORDS: Final = 1_000
 """Ready messages a FIFO receive looks through for groups with nothing in flight."""
 LIST_RESULTS_MAX: Final = 1000
@@ -151,6 +167,8 @@ class SqsApi:
         self.long_polls_max = long_polls_max
         self.long_polls = 0
         self.admission = Admission(broker.flow)
+        self._throttled: dict[str, int] = {}
+        """Access key -> until when its sends are refused (a throttle asked of a send)."""
         from .moves import MoveTasks
 
         self.moves = MoveTasks(broker, model)
@@ -221,11 +239,14 @@ class SqsApi:
     def attributes(self, queue: SqsQueue) -> dict[str, str]:
         """Every attribute of a queue, as GetQueueAttributes(All) returns them."""
         ready, in_flight = self.broker.shares.queue_counts(queue.group_id, queue.topic_id, 0)
+        delayed = queue.count_delayed(self.now())
+        if queue.fifo:  # its delayed messages are on the log already (see the docstring)
+            ready = max(0, ready - delayed)
         found: dict[str, str] = {
             "QueueArn": self.model.arn(queue),
             "ApproximateNumberOfMessages": str(ready),
             "ApproximateNumberOfMessagesNotVisible": str(in_flight),
-            "ApproximateNumberOfMessagesDelayed": str(queue.count_delayed(self.now())),
+            "ApproximateNumberOfMessagesDelayed": str(delayed),
             "CreatedTimestamp": str(queue.created_s),
             "LastModifiedTimestamp": str(queue.modified_s),
         }
@@ -390,11 +411,13 @@ class SqsApi:
             trace=trace,
             group=group,
             dedup=dedup,
-            delay_ms=delay_s * 1000,
+            delay_ms=0 if queue.fifo else delay_s * 1000,
         )
         if group is not None and dedup is not None:  # a FIFO queue's
             sequence = f"{now:013d}{next(_sequence) % 10_000_000:07d}"
             headers.append((SEQUENCE, sequence.encode()))
+            if delay_s > 0:  # on the log now, received once due (see the module docstring)
+                headers.append((VISIBLE_AT, str(now + delay_s * 1000).encode()))
             result["SequenceNumber"] = sequence
             self._remember_dedup(queue, group, dedup, message_id, sequence, now)
         key = None if group is None else group.encode()
@@ -500,23 +523,34 @@ class SqsApi:
                 ) from None
 
     def _admit(self, queue: SqsQueue, entries: Sequence[_Entry], caller: Caller) -> None:
+        """Flow control for one send (see the module docstring): raises RequestThrottled
+        when it must not be stored; else it is stored, and when the flow controller asks a
+        throttle the sender's next sends are refused for that long."""
         broker = self.broker
         refusal = broker.resources.publish_refusal
         if refusal is not None:
             raise SqsError(Fault.THROTTLED, f"The broker cannot store messages now: {refusal}")
+        now = self.now()
+        key = caller.access_key
+        until = self._throttled.get(key)
+        if until is not None:
+            if until > now:
+                raise SqsError(Fault.THROTTLED, f"Rate exceeded: try again in {until - now} ms.")
+            del self._throttled[key]
         if broker.flow.idle:
             return
         size = sum(len(e.record.value or b"") for e in entries if e.record is not None)
-        context = RequestContext(caller.access_key, f"/{caller.peer}", "sqs")
-        decision = self.admission.admit(context, size, self.now(), Kind.PRODUCE, [queue.topic])
+        context = RequestContext(key, f"/{caller.peer}", "sqs")  # charged from here on
+        decision = self.admission.admit(context, size, now, Kind.PRODUCE, [queue.topic])
         if decision.wait_for:
             names = ", ".join(sorted(decision.wait_for))
             raise SqsError(Fault.THROTTLED, f"Rate exceeded: {names} over its limit.")
         if decision.throttle_ms > 0:
-            raise SqsError(
-                Fault.THROTTLED,
-                f"Rate exceeded: try again in {decision.throttle_ms} ms ({decision.reason}).",
-            )
+            if len(self._throttled) >= THROTTLED_SENDERS_MAX:
+                for stale in [k for k, t in self._throttled.items() if t <= now]:
+                    del self._throttled[stale]
+            if len(self._throttled) < THROTTLED_SENDERS_MAX:
+                self._throttled[key] = now + decision.throttle_ms
 
     # --- receiving -----------------------------------------------------------------------------
 
@@ -563,7 +597,8 @@ class SqsApi:
                         break
                     waiting = True
                     self.long_polls += 1
-                if not await self._wait(queue, deadline):
+                due = queue.fifo_state.next_due if queue.fifo_state is not None else None
+                if not await self._wait(queue, deadline if due is None else min(due, deadline)):
                     break
                 queue = self.model.required(queue.name)  # deleted while it waited?
         finally:
@@ -638,6 +673,7 @@ class SqsApi:
         for offset in [o for o in state.groups if o not in held]:
             del state.groups[offset]
         blocked = set(state.groups.values())
+        state.next_due = None
         partition = self.broker.partition(queue.topic, 0)
         if partition is None:
             return []
@@ -655,6 +691,11 @@ class SqsApi:
                 continue
             group = m.header(record, m.GROUP) or ""
             if group in blocked:
+                continue
+            visible_at = _visible_at(record)
+            if visible_at > now:  # delayed: it, and its group after it, wait
+                blocked.add(group)
+                state.next_due = min(state.next_due or visible_at, visible_at)
                 continue
             picked.append((offset, record))
             if len(picked) >= count:
@@ -906,6 +947,16 @@ class SqsApi:
 
 SEQUENCE: Final = "weirmq.sqs.sequence"
 """A FIFO message's SequenceNumber (20 digits: the send's milliseconds and a counter)."""
+VISIBLE_AT: Final = "weirmq.sqs.visible.at"
+"""A delayed FIFO message's due time (epoch ms; see the module docstring)."""
+
+
+def _visible_at(record: Record) -> int:
+    text = m.header(record, VISIBLE_AT)
+    try:
+        return 0 if text is None else int(text)
+    except ValueError:
+        return 0
 
 
 ACTIONS: Final[Mapping[str, Handler]] = {

@@ -65,6 +65,9 @@ SOURCE: Final = "weirmq.sqs.source"
 DELAY: Final = DELAY_HEADER
 INTERNAL_PREFIX: Final = "weirmq."
 """Headers of this prefix are WeirMQ's, never shown as message attributes."""
+FOREIGN_PREFIXES: Final = (INTERNAL_PREFIX, "amqp.")
+"""Headers a foreign record's attributes are not made of: WeirMQ's, and the AMQP
+mapping's own (the encoded property list and the exchange), which are no application's."""
 
 ATTRIBUTES_MAX: Final = 10
 """SQS's limit of message attributes per message."""
@@ -321,7 +324,7 @@ def attributes_of(record: Record) -> dict[str, dict[str, str]]:
             return found
     made: dict[str, dict[str, str]] = {}
     for name, value in record.headers:
-        if value is None or name.startswith(INTERNAL_PREFIX) or len(made) >= ATTRIBUTES_MAX:
+        if value is None or name.startswith(FOREIGN_PREFIXES) or len(made) >= ATTRIBUTES_MAX:
             continue
         if not name or _NAME.fullmatch(name) is None:
             continue

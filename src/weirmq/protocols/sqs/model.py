@@ -155,6 +155,8 @@ class FifoState:
     """ReceiveRequestAttemptId -> (expiry ms, the messages it received)."""
     groups: dict[int, str] = field(default_factory=dict)
     """MessageGroupId of each offset handed out and maybe still in flight."""
+    next_due: int | None = None
+    """When the earliest delayed message the last receive skipped is due (ms)."""
 
     def expire(self, now_ms: int) -> None:
         while self.dedup and next(iter(self.dedup.values()))[0] <= now_ms:
@@ -638,6 +640,9 @@ class SqsModel:
             if partition is None or start is None:
                 continue
             queue.forget_first_receives(start)
+            if queue.fifo:  # its deduplication book is rebuilt from the last five minutes
+                recent = partition.log.offset_for_timestamp(broker.clock() - DEDUP_WINDOW_MS)
+                start = min(start, partition.high_watermark if recent is None else recent.offset)
             if start > partition.log_start_offset:
                 try:
                     broker.delete_records(queue.topic, 0, start)
