@@ -46,7 +46,7 @@ def sqs(broker: Broker) -> Any:
         region_name="us-east-1",
         aws_access_key_id="AKIDEXAMPLE",
         aws_secret_access_key="secret",
-        config=botocore.config.Config(retries={"max_attempts": 1, "mode": "standard"}),
+        config=botocore.config.Config(retries={"total_max_attempts": 1, "mode": "standard"}),
     )
 
 
