@@ -59,18 +59,20 @@ def make_app(broker_url: str, *, native_delayed_delivery: bool = False) -> Celer
         # exchange-to-exchange bindings at all; the native variant tests those.
         app.conf.task_default_queue_type = "classic"
 
-    @app.task(name=ADD)
+    # shared=False: a shared task is added to every Celery app made later in this process
+    # (the SQS tests' apps too), where another make_app's closure of the same name clashes.
+    @app.task(name=ADD, shared=False)
     def add(x: int, y: int) -> int:
         return x + y
 
-    @app.task(name=FLAKY, bind=True, max_retries=3)
+    @app.task(name=FLAKY, bind=True, max_retries=3, shared=False)
     def flaky(self: Any) -> dict[str, Any]:
         """Fails its first attempt and asks to be retried a second later."""
         if self.request.retries == 0:
             raise self.retry(countdown=1, exc=RuntimeError("first attempt fails"))
         return {"retries": self.request.retries, "ran_at": time.time()}
 
-    @app.task(name=STAMP)
+    @app.task(name=STAMP, shared=False)
     def stamp() -> float:
         """When it ran (the wall clock, which the test process shares)."""
         return time.time()
