@@ -553,14 +553,23 @@ class ShareService(ShareListener):
     ) -> InFlightRange | None:
         """One record's state in a queue, as of now (locks due are expired first); None
         when it is settled (below the queue's start) or the queue has no state yet."""
+        return self.record_states(group_id, topic_id, index, [offset])[0]
+
+    def record_states(
+        self, group_id: str, topic_id: uuid.UUID, index: int, offsets: Sequence[int]
+    ) -> list[InFlightRange | None]:
+        """`record_state` of each offset, the locks due expired once for all."""
         key = ShareKey(group_id, topic_id, index)
-        found = self._state(key, self._broker.clock()) if key in self._states else None
+        now = self._broker.clock()
+        found = self._state(key, now) if key in self._states else None
         if found is None:
-            return None
+            return [None] * len(offsets)
         entry, _ = found
-        outcome = entry.partition.expire(self._broker.clock())
-        self._after_step(key, entry, outcome.delta, outcome.dead_letters)
-        return entry.partition.state_of(offset)
+        due = entry.partition.next_deadline()
+        if due is not None and due <= now:
+            outcome = entry.partition.expire(now)
+            self._after_step(key, entry, outcome.delta, outcome.dead_letters)
+        return [entry.partition.state_of(offset) for offset in offsets]
 
     def held(self, group_id: str, topic_id: uuid.UUID, index: int) -> list[InFlightRange]:
         """The acquired ranges of a queue (holder, delivery count, lock deadline)."""

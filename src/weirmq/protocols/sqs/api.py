@@ -68,7 +68,8 @@ from ...broker.partition import Durability, wait_any
 from ...broker.shares import AckType, RecordState
 from ...errors import KafkaError
 from ...flow.admission import Admission, Kind
-from ...records.batch import Record, encode_batch
+from ...records.batch import Record
+from ...records.codec import encode_records
 from ...storage.errors import StorageError
 from ...types import RequestContext
 from . import messages as m
@@ -318,8 +319,8 @@ class SqsApi:
         queue = self._queue(params)
         entries = _batch_entries(params, "SendMessageBatchRequestEntry")
         total = sum(
-            len(str(e.get("MessageBody", "")).encode())
-            + m.attributes_bytes(_loose_attributes(e.get("MessageAttributes")))
+            _text_bytes(e.get("MessageBody"))
+            + (m.attributes_bytes(_loose_attributes(a)) if (a := e.get("MessageAttributes")) else 0)
             for e in entries
         )
         if total > BATCH_BYTES_MAX:
@@ -354,9 +355,10 @@ class SqsApi:
         """One message, checked and made into its record; a FIFO duplicate comes back
         with `record` None and the first one's result."""
         body = m.check_body(params.get("MessageBody"))
+        data = body.encode()
         attributes = m.check_attributes(params.get("MessageAttributes"))
         trace = _trace_header(params.get("MessageSystemAttributes"))
-        size = len(body.encode()) + m.attributes_bytes(attributes)
+        size = len(data) + m.attributes_bytes(attributes)
         limit = min(queue.integer("MaximumMessageSize"), self.message_bytes_max)
         if size > limit:
             raise SqsError(
@@ -368,7 +370,7 @@ class SqsApi:
         group = params.get("MessageGroupId")
         dedup = params.get("MessageDeduplicationId")
         now = self.now()
-        result: dict[str, Any] = {"MD5OfMessageBody": m.md5_of_body(body)}
+        result: dict[str, Any] = {"MD5OfMessageBody": m.md5_of_bytes(data)}
         if attributes:
             result["MD5OfMessageAttributes"] = m.md5_of_attributes(attributes)
         if trace is not None:
@@ -402,7 +404,7 @@ class SqsApi:
             )
             if group is not None and (not isinstance(group, str) or not _DEDUP_ID.fullmatch(group)):
                 raise _invalid_value("MessageGroupId", group)
-        message_id = str(uuid.uuid4())
+        message_id = _new_message_id()
         result["MessageId"] = message_id
         headers = m.record_headers(
             message_id,
@@ -421,7 +423,7 @@ class SqsApi:
             result["SequenceNumber"] = sequence
             self._remember_dedup(queue, group, dedup, message_id, sequence, now)
         key = None if group is None else group.encode()
-        return _Entry(entry_id, Record(body.encode(), key, tuple(headers), now), result, delay_s)
+        return _Entry(entry_id, Record(data, key, tuple(headers), now), result, delay_s)
 
     def _fifo_ids(
         self, queue: SqsQueue, body: str, group: object, dedup: object
@@ -497,7 +499,7 @@ class SqsApi:
             raise SqsError(Fault.QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.")
         try:
             self._admit(queue, entries, caller)
-            batch = encode_batch([entry.record for entry in entries if entry.record is not None])
+            batch = encode_records([entry.record for entry in entries if entry.record is not None])
             try:
                 published = partition.publish(batch, Durability.FSYNCED)
             except StorageError as exc:
@@ -723,7 +725,7 @@ class SqsApi:
             queue.topic_id.bytes,
             offset,
             delivery_count,
-            int.from_bytes(os.urandom(8), "big"),
+            (_ID_BASE + next(_ids)) % (1 << 64),  # distinct per receive
         )
         message: dict[str, Any] = {
             "MessageId": m.message_id(record, queue.topic_id, offset),
@@ -837,8 +839,7 @@ class SqsApi:
         shares = self.broker.shares
         now = self.now()
         errors: list[SqsError | None] = []
-        accept: list[int] = []
-        drop: list[int] = []
+        named: list[tuple[int, int]] = []  # (offset, delivery count) of the valid handles
         for handle in handles:
             try:
                 topic_id, offset, count = _decode_handle(handle)
@@ -849,20 +850,24 @@ class SqsApi:
                 errors.append(_invalid_handle(handle))
                 continue
             errors.append(None)
-            run = shares.record_state(queue.group_id, queue.topic_id, 0, offset)
+            named.append((offset, count))
+        states = shares.record_states(queue.group_id, queue.topic_id, 0, [o for o, _ in named])
+        accept: set[int] = set()
+        drop: set[int] = set()
+        for (offset, count), run in zip(named, states, strict=True):
             if run is None or run.delivery_count != count:
                 continue  # settled already, or received again since: nothing to do
             if run.state is RecordState.ACQUIRED:
-                accept.append(offset)
+                accept.add(offset)
             elif run.state is RecordState.AVAILABLE:
-                drop.append(offset)
+                drop.add(offset)
         if accept:
-            batches = [(o, o, AckType.ACCEPT) for o in sorted(set(accept))]
+            batches = [(first, last, AckType.ACCEPT) for first, last in _runs_of(sorted(accept))]
             outcome = shares.acknowledge(queue.group_id, MEMBER, queue.topic_id, 0, batches, now)
             if outcome.message is not None and outcome.code != 0:
                 log.warning("SQS queue %r: delete: %s", queue.name, outcome.message)
         if drop:
-            shares.purge(queue.group_id, queue.topic_id, 0, now, offsets=sorted(set(drop)))
+            shares.purge(queue.group_id, queue.topic_id, 0, now, offsets=sorted(drop))
         return errors
 
     async def change_message_visibility(
@@ -1152,6 +1157,34 @@ def _decode_handle(handle: str) -> tuple[uuid.UUID, int, int]:
     if version != _HANDLE_VERSION:
         raise _invalid_handle(handle)
     return uuid.UUID(bytes=topic), offset, count
+
+
+def _text_bytes(value: object) -> int:
+    """A body's UTF-8 size, without encoding an ASCII one (`isascii` is a flag lookup)."""
+    if not isinstance(value, str):
+        return 0
+    return len(value) if value.isascii() else len(value.encode())
+
+
+_ID_BASE: Final = int.from_bytes(os.urandom(16), "big")
+_ids = itertools.count()
+
+
+def _new_message_id() -> str:
+    """A version-4 UUID, unique in this process (a random base plus a counter) and across
+    restarts (a new base): `uuid.uuid4` costs a system call per message."""
+    return str(uuid.UUID(int=(_ID_BASE + next(_ids)) % (1 << 128), version=4))
+
+
+def _runs_of(offsets: Sequence[int]) -> list[tuple[int, int]]:
+    """Ascending offsets as (first, last) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and runs[-1][1] == offset - 1:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs
 
 
 def _no_permissions(action: str) -> SqsError:

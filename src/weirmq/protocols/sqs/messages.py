@@ -232,7 +232,11 @@ def attributes_bytes(attributes: Mapping[str, Mapping[str, str]]) -> int:
 
 
 def md5_of_body(body: str) -> str:
-    return hashlib.md5(body.encode(), usedforsecurity=False).hexdigest()
+    return md5_of_bytes(body.encode())
+
+
+def md5_of_bytes(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def md5_of_attributes(attributes: Mapping[str, Mapping[str, str]]) -> str:
