@@ -16,7 +16,9 @@ and (optionally) a PNG plot:
 - ``delay``: delayed delivery's lateness from the due time;
 - ``share``: a share group reading with per-record acknowledgement, against a classic group;
 - ``amqp``: AMQP 0-9-1 publish with confirms and consume with acks, WeirMQ against a
-  private RabbitMQ node (`rabbitmq`), with one pika load generator (`amqp`).
+  private RabbitMQ node (`rabbitmq`), with one pika load generator (`amqp`);
+- ``sqs``: the SQS API with boto3 at queue depths 1,000 and 100,000, next to the same
+  broker's AMQP and to moto's server (`sqs`).
 
 Theory of operation
 -------------------

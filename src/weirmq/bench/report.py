@@ -9,7 +9,8 @@ The targets are issue 6's (the first version of the suite), issue 17's (the cost
 request: small batches, per-request overhead, many partitions, latency, start and stop),
 issue 18's (routing through an exchange against plain produce) and issue 19's (delayed
 delivery: lateness from the due time to a consumer, none early; share-group consume with
-per-record acknowledgement against a classic group's).
+per-record acknowledgement against a classic group's) and issue 22's (SQS throughput flat
+from the shallowest queue to the deepest, and at least half of the same broker's AMQP).
 Each is computed from the figures of one run, so a ratio always compares two measurements
 taken minutes apart on the same machine, never against a figure from another day. A target
 whose figures the run did not measure (a workload left out, a quick run) is "not
@@ -79,11 +80,13 @@ STOP_TARGET = "clean stop with 10,000 partitions, s"
 # The `share` workload's cases: workloads.SHARE_CASE and CLASSIC_CASE (a test checks).
 SHARE_CASE = "share group, explicit ack x2"
 CLASSIC_CASE = "classic group x2"
+# The `sqs` workload's fields: sqs.WEIRMQ, SQS, SEND and RECEIVE (a test checks).
+SQS_SERVER, SQS_API, SQS_SEND, SQS_RECEIVE = "WeirMQ", "SQS", "send", "receive"
 
 
 def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every target of issues 6, 17, 18 and 19: what it asks, the figure measured, whether it
-    held.
+    """Every target of issues 6, 17, 18, 19 and 22: what it asks, the figure measured,
+    whether it held.
 
     ``met`` is None when the figures it needs were not measured in this run. A case that
     failed where the target is that it works (10,000 partitions; a clean stop) is a
@@ -101,6 +104,8 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
             for what, measured, goal, check in _issue_18(document)]
     out += [_target(19, what, measured, goal, check)
             for what, measured, goal, check in _issue_19(document)]
+    out += [_target(22, what, measured, goal, check)
+            for what, measured, goal, check in _issue_22(document)]
     return out
 
 
@@ -241,6 +246,31 @@ def _issue_19(document: dict[str, Any]) -> list[Row]:
              _get(classic, "broker_cpu_us_per_record"), "shown", None)]
 
 
+def _issue_22(document: dict[str, Any]) -> list[Row]:
+    """Issue 22's targets, from the `sqs` workload's rows of WeirMQ at its deepest queue:
+    throughput flat with depth (÷ the same at the shallowest; 0.8 allows for this
+    machine's run-to-run noise), and at least half of AMQP's on the same broker."""
+    send, receive = _sqs_deepest(document, SQS_SEND), _sqs_deepest(document, SQS_RECEIVE)
+    return [
+        ("SQS SendMessageBatch msg/s: deepest ÷ shallowest queue",
+         _get(send, "ratio_to_shallow"), ">= 0.8", _at_least(0.8)),
+        ("SQS ReceiveMessage + DeleteMessageBatch msg/s: deepest ÷ shallowest queue",
+         _get(receive, "ratio_to_shallow"), ">= 0.8", _at_least(0.8)),
+        ("SQS send ÷ AMQP publish with a confirm window, msg/s, deepest queue",
+         _get(send, "ratio_to_amqp"), ">= 0.5", _at_least(0.5)),
+        ("SQS receive + delete ÷ AMQP consume with an ack each, msg/s, deepest queue",
+         _get(receive, "ratio_to_amqp"), ">= 0.5", _at_least(0.5)),
+    ]
+
+
+def _sqs_deepest(document: dict[str, Any], phase: str) -> Case | None:
+    """WeirMQ's SQS case of `phase` at the deepest queue measured."""
+    rows = [c for c in cases(document, "sqs")
+            if "error" not in c and "skipped" not in c and c.get("server") == SQS_SERVER
+            and c.get("api") == SQS_API and c.get("phase") == phase]
+    return max(rows, key=lambda c: c["depth"], default=None)
+
+
 def _produce_case(document: dict[str, Any], value_bytes: int, acks: str,
                   small: bool) -> Case | None:
     """The one-producer produce case of that size and acks, with small or default batches."""
@@ -326,6 +356,16 @@ COLUMNS: dict[str, Sequence[tuple[str, str, int]]] = {
              ("server CPU µs/msg", "broker_cpu_us_per_message", 1),
              ("server peak RSS MB", "broker_peak_rss_mb", 0),
              ("client CPU %", "client_cpu_percent", 0), ("limit", "limit", 0)],
+    "sqs": [("depth", "depth", 0), ("msg/s", "messages_per_s", 0),
+            ("÷ shallow", "ratio_to_shallow", 2), ("÷ AMQP", "ratio_to_amqp", 2),
+            ("÷ AMQP each", "ratio_to_amqp_each", 2),
+            ("÷ AMQP per CPU", "cpu_ratio_to_amqp", 2), ("÷ moto", "ratio_to_moto", 1),
+            ("p50 ms", "call_p50_ms", 1), ("p99 ms", "call_p99_ms", 1),
+            ("del p50 ms", "delete_p50_ms", 1), ("del p99 ms", "delete_p99_ms", 1),
+            ("broker CPU %", "broker_cpu_percent", 0),
+            ("msg/CPU-s", "messages_per_broker_cpu_s", 0),
+            ("peak RSS MB", "broker_peak_rss_mb", 0),
+            ("client CPU µs/msg", "client_cpu_us_per_message", 0), ("limit", "limit", 0)],
     "rebalance": [("runs", "runs", 0), ("join s med", "rebalance_s_median", 2),
                   ("max", "rebalance_s_max", 2),
                   ("new assigned s", "new_member_assigned_s_median", 2),

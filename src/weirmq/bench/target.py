@@ -10,13 +10,14 @@ the cache every start recompiles the ~15,000 lines `serve` imports (75-90 ms her
 would make the start-up figure measure the compiler.
 
 The broker says where it listens with one line per listener on stdout, the Kafka line
-first and the services' lines (admin API, AMQP) right after it, printed together once the
-start can no longer fail (`weirmq.server.run`). `parse_announcement` reads one such line;
-`BrokerProcess` reads its stdout's raw bytes with a deadline (`AnnouncementReader`, never a
-buffered ``readline``, whose buffer ``select`` cannot see), so a broker that never announces
-fails the case instead of hanging the run. The AMQP line is looked for only by whoever
-asks (`BrokerProcess.wait_for_amqp`): when the broker prints none, the absence shows as
-silence after the other lines, and waiting for it costs `AMQP_ANNOUNCE_WAIT_S`.
+first and the services' lines (admin API, SQS API, AMQP) right after it, printed together
+once the start can no longer fail (`weirmq.server.run`). `parse_announcement` reads one such
+line; `BrokerProcess` reads its stdout's raw bytes with a deadline (`AnnouncementReader`,
+never a buffered ``readline``, whose buffer ``select`` cannot see), so a broker that never
+announces fails the case instead of hanging the run. The AMQP and SQS lines are looked for
+only by whoever asks (`BrokerProcess.wait_for_amqp`, `wait_for_sqs`): when the broker prints
+none, the absence shows as silence after the other lines, and waiting for it costs
+`AMQP_ANNOUNCE_WAIT_S`.
 
 `ExternalBroker` is any Kafka-compatible broker at ``--bootstrap``. We cannot start or
 stop it, so start-up figures are not measured, and its CPU and memory are known only if
@@ -69,7 +70,10 @@ from typing import Protocol
 ANNOUNCEMENT = "weirmq: accepting Kafka connections on "
 ADMIN_ANNOUNCEMENT = "weirmq: admin API and metrics on "
 AMQP_ANNOUNCEMENT = "weirmq: accepting AMQP connections on "
-ANNOUNCEMENTS = {"kafka": ANNOUNCEMENT, "admin": ADMIN_ANNOUNCEMENT, "amqp": AMQP_ANNOUNCEMENT}
+SQS_ANNOUNCEMENT = "weirmq: accepting SQS requests on "
+ANNOUNCEMENTS = {"kafka": ANNOUNCEMENT, "admin": ADMIN_ANNOUNCEMENT, "amqp": AMQP_ANNOUNCEMENT,
+                 "sqs": SQS_ANNOUNCEMENT}
+URL_KINDS = ("admin", "sqs")  # announced as a base URL, not as HOST:PORT
 ANNOUNCE_TIMEOUT_S = 60.0  # spawn to the Kafka line (~0.15-0.5 s here; recovery takes longer)
 AMQP_ANNOUNCE_WAIT_S = 2.0  # after the other lines: every line is printed at the same moment
 ANNOUNCE_LINE_BYTES_MAX = 4096  # a longer line without a newline is not an announcement
@@ -98,18 +102,18 @@ def process_rss_bytes(pid: int) -> int:
 
 
 def parse_announcement(line: str) -> tuple[str, str] | None:
-    """``("kafka" | "admin" | "amqp", address)`` for an announcement line, else None.
+    """``("kafka" | "admin" | "amqp" | "sqs", address)`` for an announcement line, else None.
 
     The address is the first word after the prefix (a remark after it is ignored):
     ``HOST:PORT`` (``[v6]:PORT``) for the listeners, the base URL without a trailing slash
-    for the admin API.
+    for the admin API and the SQS API.
     """
     for kind, prefix in ANNOUNCEMENTS.items():
         if line.startswith(prefix):
             words = line.removeprefix(prefix).split()
             if not words:
                 return None
-            return kind, words[0].rstrip("/") if kind == "admin" else words[0]
+            return kind, words[0].rstrip("/") if kind in URL_KINDS else words[0]
     return None
 
 
@@ -449,6 +453,12 @@ class BrokerProcess:
         """
         self._announced.read_until(self._stdout_fd, ["amqp"], time.monotonic() + timeout_s)
         return self.amqp_address
+
+    def wait_for_sqs(self, timeout_s: float = AMQP_ANNOUNCE_WAIT_S) -> str | None:
+        """The SQS API's base URL (``http://HOST:PORT``), or None if the broker announces
+        none; its line comes with the others, as the AMQP one does (`wait_for_amqp`)."""
+        self._announced.read_until(self._stdout_fd, ["sqs"], time.monotonic() + timeout_s)
+        return self._announced.found.get("sqs")
 
     def window(self, metrics: bool = False) -> Window:
         return Window(self.pid, self.admin_url if metrics else None)

@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from weirmq.bench import amqp as amqp_load
 from weirmq.bench import rebalance, report
+from weirmq.bench import sqs as sqs_load
 from weirmq.bench.rabbitmq import RabbitMQNotInstalled, RabbitNode
 from weirmq.bench.target import (
     BrokerProcess,
@@ -1101,6 +1102,19 @@ def amqp(run: Run) -> dict[str, Any]:
     }
 
 
+def sqs(run: Run) -> dict[str, Any]:
+    """The SQS API with boto3 at two queue depths, next to the same broker's AMQP and to
+    moto's server (see `weirmq.bench.sqs`)."""
+    skip = (None if run.bootstrap is None else
+            "the broker is external (--bootstrap): its SQS and AMQP addresses are not known")
+    result = sqs_load.workload(run.work, run.quick, run.log, skip)
+    for case in result["cases"]:
+        if "error" not in case and "skipped" not in case and "client_cpu_percent" in case:
+            case["limit"] = limit(case["broker_cpu_percent"], case["client_cpu_percent"],
+                                  run.cores)
+    return result
+
+
 WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "startup": startup,
     "idle": idle,
@@ -1115,4 +1129,5 @@ WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "delay": delay,
     "share": share,
     "amqp": amqp,
+    "sqs": sqs,
 }
