@@ -247,7 +247,10 @@ class SharePartition:
         if offset >= self.end_offset:
             return InFlightRange(offset, offset, AVAILABLE, 0)
         run = self._runs[self._index_of(offset)]
-        return replace(run, first_offset=offset, last_offset=offset)
+        # Not dataclasses.replace: a third of the cost, and the SQS API asks per message.
+        return InFlightRange(
+            offset, offset, run.state, run.delivery_count, run.member_id, run.deadline_ms
+        )
 
     def next_fetch_offset(self, now_ms: int) -> int | None:
         """Where the broker should read the log from to acquire records at `now_ms`: None

@@ -846,7 +846,7 @@ class SqsApi:
             except SqsError as error:
                 errors.append(error)
                 continue
-            if topic_id != queue.topic_id:
+            if topic_id != queue.topic_id.bytes:
                 errors.append(_invalid_handle(handle))
                 continue
             errors.append(None)
@@ -913,7 +913,7 @@ class SqsApi:
             except SqsError as error:
                 errors.append(error)
                 continue
-            if topic_id != queue.topic_id:
+            if topic_id != queue.topic_id.bytes:
                 errors.append(_invalid_handle(handle))
                 continue
             run = shares.record_state(queue.group_id, queue.topic_id, 0, offset)
@@ -1148,7 +1148,8 @@ def _page(
     return result
 
 
-def _decode_handle(handle: str) -> tuple[uuid.UUID, int, int]:
+def _decode_handle(handle: str) -> tuple[bytes, int, int]:
+    """(topic id's bytes, offset, delivery count) of a receipt handle."""
     try:
         raw = base64.urlsafe_b64decode(handle.encode())
         version, topic, offset, count, _nonce = _HANDLE.unpack(raw)
@@ -1156,7 +1157,7 @@ def _decode_handle(handle: str) -> tuple[uuid.UUID, int, int]:
         raise _invalid_handle(handle) from None
     if version != _HANDLE_VERSION:
         raise _invalid_handle(handle)
-    return uuid.UUID(bytes=topic), offset, count
+    return topic, offset, count
 
 
 def _text_bytes(value: object) -> int:
