@@ -97,15 +97,66 @@ def test_case_names() -> None:
     assert bench_sqs.case_name("WeirMQ", "consume, ack each, prefetch 100") == (
         "AMQP consume, ack each, prefetch 100: WeirMQ"
     )
+    assert bench_sqs.case_name("WeirMQ", "receive", 1_000, client="light") == (
+        "ReceiveMessage x10 + DeleteMessageBatch (light client): WeirMQ at 1,000"
+    )
     names = bench_sqs.case_names(bench_sqs.plan(False))
-    assert len(names["WeirMQ"]) == 4 and len(names["amqp"]) == 3 and len(names["moto"]) == 3
+    assert len(names["WeirMQ"]) == 8 and len(names["amqp"]) == 3 and len(names["moto"]) == 3
     assert len(bench_sqs.case_names(bench_sqs.plan(True))["moto"]) == 2
 
 
 def test_an_external_broker_skips_every_case(tmp_path: Path) -> None:
     document = bench_sqs.workload(tmp_path, True, lambda _: None, skip="external")
-    assert len(document["cases"]) == 9
+    assert len(document["cases"]) == 13
     assert all(c["skipped"] == "external" for c in document["cases"])
+
+
+# --- The light client's requests --------------------------------------------------------------
+
+
+def _botocore(operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    import botocore.serialize  # type: ignore[import-untyped]
+    import botocore.session  # type: ignore[import-untyped]
+
+    model = botocore.session.get_session().get_service_model("sqs")
+    assert model.metadata["protocol"] == "json"  # botocore >= 1.31.57 speaks JSON to SQS
+    serializer = botocore.serialize.create_serializer("json")
+    request: dict[str, Any] = serializer.serialize_to_request(
+        params, model.operation_model(operation)
+    )
+    return request
+
+
+@pytest.mark.parametrize(
+    ("operation", "params"),
+    [
+        ("SendMessageBatch", bench_sqs.send_params("http://h:1/1/q", ["a" * 1024, "b"])),
+        ("ReceiveMessage", bench_sqs.receive_params("http://h:1/1/q", 10)),
+        ("DeleteMessageBatch", bench_sqs.delete_params("http://h:1/1/q", ["r0", "r1", "r2"])),
+    ],
+)
+def test_the_light_clients_requests_are_botocores(operation: str, params: dict[str, Any]) -> None:
+    headers, body = bench_sqs.json_request(operation, params)
+    request = _botocore(operation, params)
+    assert body == request["body"]  # byte for byte
+    assert headers["X-Amz-Target"] == request["headers"]["X-Amz-Target"]
+    assert headers["Content-Type"] == request["headers"]["Content-Type"]
+    assert request["url_path"] == "/" and request["method"] == "POST"
+    assert headers["Authorization"].startswith("AWS4-HMAC-SHA256 Credential=bench/")
+
+
+def test_the_light_clients_parameters_are_what_the_workload_asks() -> None:
+    send = bench_sqs.send_params("u", ["x"] * 3)
+    assert send == {
+        "QueueUrl": "u",
+        "Entries": [{"Id": str(i), "MessageBody": "x"} for i in range(3)],
+    }
+    assert bench_sqs.receive_params("u", 10) == {
+        "QueueUrl": "u",
+        "MaxNumberOfMessages": 10,
+        "WaitTimeSeconds": bench_sqs.WAIT_S,
+    }
+    assert bench_sqs.delete_params("u", ["h"])["Entries"] == [{"Id": "0", "ReceiptHandle": "h"}]
 
 
 # --- Summing rounds --------------------------------------------------------------------------
@@ -216,17 +267,25 @@ def test_a_client_that_cannot_connect_fails_the_pool_with_its_error() -> None:
     [port] = free_ports(1)  # nothing listens there
     with pytest.raises(ClientFailed, match=r"sqs-client-0: .*Could not connect"):
         bench_sqs.ClientPool(f"http://127.0.0.1:{port}", 1)
+    with pytest.raises(ClientFailed, match=r"sqs-light-client-0: .*Cannot connect"):
+        bench_sqs.ClientPool(f"http://127.0.0.1:{port}", 1, concurrency=2)
 
 
 # --- Ratios ----------------------------------------------------------------------------------
 
 
 def _sqs(
-    server: str, phase: str, depth: int, rate: float, per_cpu: float = 1000.0
+    server: str,
+    phase: str,
+    depth: int,
+    rate: float,
+    per_cpu: float = 1000.0,
+    client: str = "boto3",
 ) -> dict[str, Any]:
     return {
-        "name": bench_sqs.case_name(server, phase, depth),
+        "name": bench_sqs.case_name(server, phase, depth, client=client),
         "server": server,
+        "client": client,
         "api": "SQS",
         "phase": phase,
         "depth": depth,
@@ -253,6 +312,10 @@ def sample_cases() -> list[dict[str, Any]]:
         _sqs("WeirMQ", "receive", 1_000, 4_000),
         _sqs("WeirMQ", "send", 100_000, 5_400, 9_000),
         _sqs("WeirMQ", "receive", 100_000, 4_400, 5_000),
+        _sqs("WeirMQ", "send", 1_000, 12_000, 10_000, client="light"),
+        _sqs("WeirMQ", "receive", 1_000, 8_000, client="light"),
+        _sqs("WeirMQ", "send", 100_000, 9_600, 9_000, client="light"),
+        _sqs("WeirMQ", "receive", 100_000, 8_800, 5_000, client="light"),
         _amqp(bench_sqs.AMQP_SEND_EACH, 1_000, 2_000),
         _amqp(bench_sqs.AMQP_SEND, 12_000, 16_000),
         _amqp(bench_sqs.AMQP_RECEIVE, 16_000, 20_000),
@@ -292,15 +355,35 @@ def test_the_ratios_compare_figures_of_the_same_run() -> None:
     moto = cases["ReceiveMessage x10 + DeleteMessageBatch: moto at 1,000"]
     assert not {"ratio_to_shallow", "ratio_to_amqp", "ratio_to_moto"} & set(moto)
     assert "ratio_to_shallow" not in cases["fill"]
+    # The light client's rows: ÷ its own shallow row, ÷ the same AMQP, never ÷ moto.
+    light_send = cases["SendMessageBatch x10 (light client): WeirMQ at 100,000"]
+    light_receive = cases[
+        "ReceiveMessage x10 + DeleteMessageBatch (light client): WeirMQ at 100,000"
+    ]
+    assert light_send["ratio_to_shallow"] == pytest.approx(0.8)
+    assert light_receive["ratio_to_shallow"] == pytest.approx(1.1)
+    assert light_send["ratio_to_amqp"] == pytest.approx(0.8)
+    assert light_receive["ratio_to_amqp"] == pytest.approx(0.55)
+    assert "ratio_to_moto" not in cases["SendMessageBatch x10 (light client): WeirMQ at 1,000"]
+
+
+def test_a_case_without_a_client_is_boto3s() -> None:
+    old = [{k: v for k, v in c.items() if k != "client"} for c in sample_cases()[:4]]
+    cases = {c["name"]: c for c in bench_sqs.add_ratios(old + sample_cases()[4:])}
+    assert cases["SendMessageBatch x10: WeirMQ at 100,000"]["ratio_to_shallow"] == pytest.approx(
+        0.9
+    )
 
 
 def test_failed_and_skipped_cases_get_no_ratios_and_none_for_what_is_missing() -> None:
     cases = sample_cases()
     cases[0] = {"name": cases[0]["name"], "error": "RuntimeError: boom"}  # WeirMQ send at 1k
-    cases[5] = {"name": cases[5]["name"], "error": "ClientFailed"}  # AMQP window
-    cases[7] = {"name": cases[7]["name"], "skipped": "moto is not installed"}
+    cases[9] = {"name": cases[9]["name"], "error": "ClientFailed"}  # AMQP window
+    cases[11] = {"name": cases[11]["name"], "skipped": "moto is not installed"}
+    assert cases[9]["name"] == bench_sqs.case_name("WeirMQ", bench_sqs.AMQP_SEND)
+    assert cases[11]["name"] == bench_sqs.case_name("moto", "send", 1_000)
     out = {c["name"]: c for c in bench_sqs.add_ratios(cases)}
-    assert out[cases[0]["name"]] == cases[0] and out[cases[7]["name"]] == cases[7]
+    assert out[cases[0]["name"]] == cases[0] and out[cases[11]["name"]] == cases[11]
     send_100k = out["SendMessageBatch x10: WeirMQ at 100,000"]
     assert "ratio_to_shallow" not in send_100k  # it is the shallowest measured now
     assert send_100k["ratio_to_amqp"] is None and send_100k["cpu_ratio_to_amqp"] is None
@@ -312,22 +395,40 @@ def test_failed_and_skipped_cases_get_no_ratios_and_none_for_what_is_missing() -
 
 
 def test_the_reports_names_are_the_workloads() -> None:
-    assert (report.SQS_SERVER, report.SQS_API, report.SQS_SEND, report.SQS_RECEIVE) == (
+    assert (
+        report.SQS_SERVER,
+        report.SQS_API,
+        report.SQS_SEND,
+        report.SQS_RECEIVE,
+        report.SQS_BOTO3,
+        report.SQS_LIGHT,
+    ) == (
         bench_sqs.WEIRMQ,
         bench_sqs.SQS,
         bench_sqs.SEND,
         bench_sqs.RECEIVE,
+        bench_sqs.BOTO3,
+        bench_sqs.LIGHT,
     )
 
 
 def test_issue_22_targets_read_the_deepest_queue() -> None:
     document = {"workloads": {"sqs": {"cases": bench_sqs.add_ratios(sample_cases())}}}
     targets = {t["target"]: t for t in report.targets(document) if t["issue"] == 22}
-    assert len(targets) == 4
+    assert len(targets) == 6
     flat_send = targets["SQS SendMessageBatch msg/s: deepest ÷ shallowest queue"]
     assert flat_send["measured"] == pytest.approx(0.9) and flat_send["met"] is True
-    to_amqp = targets["SQS send ÷ AMQP publish with a confirm window, msg/s, deepest queue"]
-    assert to_amqp["measured"] == pytest.approx(0.45) and to_amqp["met"] is False
+    flat_light = targets["SQS SendMessageBatch (light client) msg/s: deepest ÷ shallowest queue"]
+    assert flat_light["measured"] == pytest.approx(0.8) and flat_light["met"] is True
+    # ÷ AMQP with the light client's figures, not boto3's (0.45 and 0.275).
+    to_amqp = targets[
+        "SQS send (light client) ÷ AMQP publish with a confirm window, msg/s, deepest queue"
+    ]
+    assert to_amqp["measured"] == pytest.approx(0.8) and to_amqp["met"] is True
+    receive = targets[
+        "SQS receive + delete (light client) ÷ AMQP consume with an ack each, msg/s, deepest queue"
+    ]
+    assert receive["measured"] == pytest.approx(0.55) and receive["met"] is True
     empty = {t["target"]: t for t in report.targets({"workloads": {}}) if t["issue"] == 22}
     assert all(t["measured"] is None and t["met"] is None for t in empty.values())
 
@@ -401,6 +502,20 @@ def test_quick_run_measures_sqs_amqp_and_moto(tmp_path: Path) -> None:
         assert 0 < send["call_p50_ms"] <= send["call_p99_ms"]
         assert 0 < receive["delete_p50_ms"] <= receive["delete_p99_ms"]
         assert send["ratio_to_amqp"] > 0 and receive["ratio_to_amqp"] > 0
+        # The light client's, at the same depth on the same queue, checked as boto3's.
+        light_send = cases[bench_sqs.case_name("WeirMQ", "send", depth, client="light")]
+        light_receive = cases[bench_sqs.case_name("WeirMQ", "receive", depth, client="light")]
+        assert light_send["messages"] == light_receive["messages"] == quick.messages
+        assert light_send["depth_after"] == light_receive["depth_after"] == depth
+        assert light_send["client"] == "light" and send["client"] == "boto3"
+        assert light_send["clients"] == bench_sqs.LIGHT_PROCESSES
+        assert light_send["calls_in_flight"] == (
+            bench_sqs.LIGHT_PROCESSES * bench_sqs.LIGHT_CONCURRENCY
+        )
+        assert 0 < light_send["call_p50_ms"] <= light_send["call_p99_ms"]
+        assert 0 < light_receive["delete_p50_ms"] <= light_receive["delete_p99_ms"]
+        assert light_send["ratio_to_amqp"] > 0 and light_receive["ratio_to_amqp"] > 0
+        assert "ratio_to_moto" not in light_send
     deep = cases[bench_sqs.case_name("WeirMQ", "send", quick.depths[-1])]
     shallow = cases[bench_sqs.case_name("WeirMQ", "send", quick.depths[0])]
     assert deep["ratio_to_shallow"] == pytest.approx(
@@ -414,6 +529,6 @@ def test_quick_run_measures_sqs_amqp_and_moto(tmp_path: Path) -> None:
             shallow["messages_per_s"] / moto_send["messages_per_s"]
         )
     targets = [t for t in document["targets"] if t["issue"] == 22]
-    assert len(targets) == 4 and all(is_number(t["measured"]) for t in targets)
+    assert len(targets) == 6 and all(is_number(t["measured"]) for t in targets)
     assert "SendMessageBatch x10: WeirMQ at 2,000" in done.stdout
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("weirmq-bench-")] == []

@@ -31,7 +31,13 @@ Theory of operation
   call in flight, started (spawn, as `weirmq.bench.workers` does) and connected before any
   round. A boto3 call costs its caller 1.5-3.5 ms of CPU, so one Python client cannot
   keep a broker busy; several processes come closer, on a machine whose cores the
-  clients share with the broker. The client CPU figures say how close.
+  clients share with the broker. The client CPU figures say how close. Beside it, a
+  **light client** (`light_worker`, the "(light client)" rows): the same AWS JSON 1.0
+  requests (the body botocore would send) POSTed with aiohttp over keep-alive
+  connections, `LIGHT_CONCURRENCY` calls in flight in `LIGHT_PROCESSES` process(es),
+  each answer checked as boto3's are. It costs ~25-50 µs of CPU per message, near
+  pika's, so its ratios to AMQP are the broker's; issue 22's ÷ AMQP targets use them.
+  It fills each queue; at each depth boto3's phases run first, then its own.
 - **Per call**: each client times every call (SendMessageBatch, ReceiveMessage,
   DeleteMessageBatch) with its own clock; the phase reports their p50 and p99. A partial
   failure of a batch fails the measurement; boto3 does not retry (``total_max_attempts``
@@ -53,7 +59,9 @@ cores does not move), and WeirMQ ÷ moto at moto's depth.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import math
 import multiprocessing.connection
 import os
@@ -75,6 +83,10 @@ from weirmq.bench.workers import CTX, READY_TIMEOUT_S, ClientFailed, _cpu_s, per
 VALUE_BYTES = 1024
 BATCH = 10
 """Messages per SendMessageBatch, ReceiveMessage and DeleteMessageBatch: SQS's most."""
+BOTO3 = "boto3"
+LIGHT = "light"
+"""The two SQS clients: boto3 (what applications run), and a light one that sends the
+same AWS JSON 1.0 requests over aiohttp with many calls in flight (`light_worker`)."""
 CLIENTS = 8
 """Client processes. A boto3 call costs its client ~1.5-2 ms of CPU, more than the broker
 spends on it, so on 2 cores the clients take most of the machine: sending to WeirMQ here,
@@ -88,6 +100,22 @@ CREDENTIALS = {
     "aws_secret_access_key": "bench",
     "region_name": "us-east-1",
 }
+LIGHT_PROCESSES = 1
+LIGHT_CONCURRENCY = 16
+"""The light client: `LIGHT_PROCESSES` processes with `LIGHT_CONCURRENCY` coroutines each,
+one call in flight per coroutine, each on a keep-alive connection of its own. Measured
+here at 1,000 deep (send, receive + delete, msg/s): 1 x 16 ~11,600 and ~6,600; 1 x 32 the
+same; 2 x 8 ~7,300 and ~4,700; 2 x 16 ~9,600 and ~5,900; 2 x 32 ~10,400 and ~6,700. One
+process spends ~25 µs of CPU per message sent and ~50 per message received and deleted,
+so it is not what holds the figures back; a second one only takes cores from the broker."""
+AMZ_JSON = "application/x-amz-json-1.0"
+TARGET_PREFIX = "AmazonSQS"
+AUTHORIZATION = (
+    "AWS4-HMAC-SHA256 Credential=bench/20260101/us-east-1/sqs/aws4_request, "
+    "SignedHeaders=host, Signature=0"
+)
+"""Not a signature (the broker checks none unless keys are configured): it names an access
+key, as boto3's does, so the broker has a SenderId to record."""
 CALL_TIMEOUT_S = 30.0  # one boto3 call's read timeout
 START_TIMEOUT_S = 30.0  # moto's port open, or a queue's depth reached after a fill
 
@@ -124,6 +152,8 @@ class Plan:
     moto_fill_s_max: float
     moto_fill_step: int = 500  # messages per step of that attempt (one send rate each)
     clients: int = CLIENTS
+    light_processes: int = LIGHT_PROCESSES
+    light_concurrency: int = LIGHT_CONCURRENCY  # per process
 
 
 def plan(quick: bool) -> Plan:
@@ -294,27 +324,192 @@ def _receive(client: Any, task: Task, _body: str) -> dict[str, Any]:
     }
 
 
+# --- The light client -----------------------------------------------------------------------
+
+
+def json_request(operation: str, params: dict[str, Any]) -> tuple[dict[str, str], bytes]:
+    """The headers and body of an SQS call in AWS JSON 1.0, as botocore serializes it
+    (``json.dumps`` of the parameters), with `AUTHORIZATION` for a signature."""
+    headers = {
+        "X-Amz-Target": f"{TARGET_PREFIX}.{operation}",
+        "Content-Type": AMZ_JSON,
+        "Authorization": AUTHORIZATION,
+    }
+    return headers, json.dumps(params).encode()
+
+
+def send_params(queue_url: str, bodies: Sequence[str]) -> dict[str, Any]:
+    return {
+        "QueueUrl": queue_url,
+        "Entries": [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies)],
+    }
+
+
+def receive_params(queue_url: str, most: int) -> dict[str, Any]:
+    return {"QueueUrl": queue_url, "MaxNumberOfMessages": most, "WaitTimeSeconds": WAIT_S}
+
+
+def delete_params(queue_url: str, handles: Sequence[str]) -> dict[str, Any]:
+    return {
+        "QueueUrl": queue_url,
+        "Entries": [{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(handles)],
+    }
+
+
+class LightClient:
+    """SQS calls as single POSTs on an aiohttp session's keep-alive connections."""
+
+    def __init__(self, session: Any, endpoint: str) -> None:
+        self.session, self.url = session, endpoint.rstrip("/") + "/"
+
+    async def call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The answer's JSON; anything but HTTP 200 raises, with the answer's start."""
+        headers, body = json_request(operation, params)
+        async with self.session.post(self.url, data=body, headers=headers) as response:
+            answer = await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"{operation}: HTTP {response.status}: {answer[:300]!r}")
+        decoded: dict[str, Any] = json.loads(answer) if answer else {}
+        return decoded
+
+
+def light_worker(name: str, endpoint: str, conn: Any, concurrency: int) -> None:
+    """A light client process: an asyncio loop with one aiohttp session, `concurrency`
+    connections opened and used once (ListQueues) before it says ready, then each `Task`
+    shared among `concurrency` coroutines, until None."""
+    try:
+        asyncio.run(_light_main(name, endpoint, conn, concurrency))
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            conn.send(("error", name, f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+async def _light_main(name: str, endpoint: str, conn: Any, concurrency: int) -> None:
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S + WAIT_S, connect=5)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        client = LightClient(session, endpoint)
+        await asyncio.gather(*(client.call("ListQueues", {}) for _ in range(concurrency)))
+        body = message_body()
+        conn.send(("ready", name, None))
+        loop = asyncio.get_running_loop()
+        while (task := await loop.run_in_executor(None, conn.recv)) is not None:
+            conn.send(("result", name, await _light_task(client, task, body, concurrency)))
+
+
+@dataclass
+class _Tally:
+    """What a light client process's coroutines moved in one task."""
+
+    messages: int = 0
+    empty_receives: int = 0
+    value_bytes: int = 0
+    calls_us: array[int] = field(default_factory=lambda: array("q"))
+    deletes_us: array[int] = field(default_factory=lambda: array("q"))
+
+
+async def _light_task(
+    client: LightClient, task: Task, body: str, concurrency: int
+) -> dict[str, Any]:
+    tally = _Tally()
+    cpu_start, start = _cpu_s(), time.perf_counter()
+    deadline = start + task.time_s
+    run = _light_send if task.kind == SEND else _light_receive
+    shares = [n for n in split(task.messages, concurrency) if n]
+    await asyncio.gather(*(run(client, task.queue_url, n, deadline, body, tally) for n in shares))
+    result = {
+        "messages": tally.messages,
+        "seconds": time.perf_counter() - start,
+        "client_cpu_s": _cpu_s() - cpu_start,
+        "calls_us": tally.calls_us,
+        "value_bytes": tally.value_bytes,
+    }
+    if task.kind == RECEIVE:
+        result |= {"deletes_us": tally.deletes_us, "empty_receives": tally.empty_receives}
+    return result
+
+
+async def _light_send(
+    client: LightClient, url: str, share: int, deadline: float, body: str, tally: _Tally
+) -> None:
+    now_ns, sent = time.perf_counter_ns, 0
+    while sent < share and time.perf_counter() < deadline:
+        count = min(BATCH, share - sent)
+        before = now_ns()
+        answer = await client.call("SendMessageBatch", send_params(url, [body] * count))
+        tally.calls_us.append((now_ns() - before) // 1000)
+        if answer.get("Failed") or len(answer.get("Successful", ())) != count:
+            raise RuntimeError(
+                f"SendMessageBatch: {len(answer.get('Successful', ()))} of {count} sent, "
+                f"failed: {answer.get('Failed', [])[:3]}"
+            )
+        sent += count
+        tally.messages += count
+        tally.value_bytes += count * len(body)
+
+
+async def _light_receive(
+    client: LightClient, url: str, share: int, deadline: float, _body: str, tally: _Tally
+) -> None:
+    now_ns, received = time.perf_counter_ns, 0
+    while received < share and time.perf_counter() < deadline:
+        most = min(BATCH, share - received)  # never more than the share, as with boto3
+        before = now_ns()
+        answer = await client.call("ReceiveMessage", receive_params(url, most))
+        tally.calls_us.append((now_ns() - before) // 1000)
+        messages = answer.get("Messages", [])
+        if not messages:
+            tally.empty_receives += 1
+            continue
+        if len(messages) > most:
+            raise RuntimeError(f"ReceiveMessage: {len(messages)} messages, asked {most} at most")
+        before = now_ns()
+        handles = [m["ReceiptHandle"] for m in messages]
+        deleted = await client.call("DeleteMessageBatch", delete_params(url, handles))
+        tally.deletes_us.append((now_ns() - before) // 1000)
+        if deleted.get("Failed") or len(deleted.get("Successful", ())) != len(handles):
+            raise RuntimeError(
+                f"DeleteMessageBatch: {len(deleted.get('Successful', ()))} of {len(handles)} "
+                f"deleted, failed: {deleted.get('Failed', [])[:3]}"
+            )
+        received += len(messages)
+        tally.messages += len(messages)
+        tally.value_bytes += sum(len(m["Body"]) for m in messages)
+
+
 # --- The parent's side -----------------------------------------------------------------------
 
 
 class ClientPool:
     """`clients` client processes on `endpoint`, ready before any work; `run` gives each
     one task and returns their results once all are done. Every wait has a limit, and
-    `check_alive` (the server's) is called while waiting."""
+    `check_alive` (the server's) is called while waiting. With `concurrency`, light clients
+    (`light_worker`) with that many calls in flight each; without, boto3's (one each)."""
 
     def __init__(
-        self, endpoint: str, clients: int, check_alive: Callable[[], None] = lambda: None
+        self,
+        endpoint: str,
+        clients: int,
+        check_alive: Callable[[], None] = lambda: None,
+        concurrency: int | None = None,
     ) -> None:
         self.check_alive = check_alive
+        self.client = BOTO3 if concurrency is None else LIGHT
+        self.in_flight = clients * (concurrency or 1)
         self.processes: list[Any] = []
         self.conns: list[Any] = []
         try:
             for i in range(clients):
                 ours, theirs = CTX.Pipe()
+                name = f"sqs-client-{i}" if concurrency is None else f"sqs-light-client-{i}"
                 process = CTX.Process(
-                    target=client_worker,
-                    args=(f"sqs-client-{i}", endpoint, theirs),
-                    name=f"sqs-client-{i}",
+                    target=client_worker if concurrency is None else light_worker,
+                    args=(name, endpoint, theirs) + (() if concurrency is None else (concurrency,)),
+                    name=name,
                     daemon=True,
                 )
                 process.start()
@@ -521,11 +716,19 @@ def _case(
     return {"server": server, "api": api, "phase": phase, "depth": depth, **figures}
 
 
-def case_name(server: str, phase: str, depth: int | None = None, target: int | None = None) -> str:
-    """``SendMessageBatch x10: WeirMQ at 1,000``; AMQP measurements as ``AMQP <m>: WeirMQ``;
-    moto's fill as ``SendMessageBatch x10 fill: moto from 1,000 toward 20,000``."""
+def case_name(
+    server: str,
+    phase: str,
+    depth: int | None = None,
+    target: int | None = None,
+    client: str = BOTO3,
+) -> str:
+    """``SendMessageBatch x10: WeirMQ at 1,000`` (boto3), ``SendMessageBatch x10 (light
+    client): WeirMQ at 1,000``; AMQP measurements as ``AMQP <m>: WeirMQ``; moto's fill as
+    ``SendMessageBatch x10 fill: moto from 1,000 toward 20,000``."""
     if phase in CALLS:
-        return f"{CALLS[phase]}: {server} at {depth:,}"
+        light = " (light client)" if client == LIGHT else ""
+        return f"{CALLS[phase]}{light}: {server} at {depth:,}"
     if phase == FILL:
         return f"{SEND_CALLS} fill: {server} from {depth:,} toward {target:,}"
     return f"{AMQP} {phase}: {server}"
@@ -533,7 +736,12 @@ def case_name(server: str, phase: str, depth: int | None = None, target: int | N
 
 def case_names(amounts: Plan) -> dict[str, list[str]]:
     """Every case the workload reports, by the part that measures it (for failures)."""
-    weirmq = [case_name(WEIRMQ, p, d) for d in amounts.depths for p in PHASES]
+    weirmq = [
+        case_name(WEIRMQ, p, d, client=c)
+        for d in amounts.depths
+        for c in (BOTO3, LIGHT)
+        for p in PHASES
+    ]
     moto: list[str] = []
     if amounts.moto_depth is not None:
         moto = [case_name(MOTO, p, amounts.moto_depth) for p in PHASES]
@@ -547,43 +755,54 @@ def case_names(amounts: Plan) -> dict[str, list[str]]:
 
 
 def _measure_sqs_depths(
-    pool: ClientPool, client: Any, broker: BrokerProcess, amounts: Plan, log: Callable[[str], None]
+    pools: Sequence[ClientPool],
+    client: Any,
+    broker: BrokerProcess,
+    amounts: Plan,
+    log: Callable[[str], None],
 ) -> list[dict[str, Any]]:
+    """At each depth, one queue filled by the last pool (the fastest), then each pool's
+    send and receive + delete phases on it in turn."""
     cases = []
     for depth in amounts.depths:
         name = f"bench-sqs-{depth}-{uuid.uuid4().hex[:8]}"
         url = client.create_queue(QueueName=name)["QueueUrl"]
         start = time.perf_counter()
-        filled = fill_by_sqs(pool, url, depth, amounts.fill_s_max)
+        filled = fill_by_sqs(pools[-1], url, depth, amounts.fill_s_max)
         if filled < depth:
             raise RuntimeError(f"{filled} of {depth} messages sent in {amounts.fill_s_max} s")
         wait_for_depth(client, url, depth)
         log(f"    WeirMQ: {depth:,} messages in {name} in {time.perf_counter() - start:.1f} s")
-        # Rounds of the shallowest depth at every depth: each round's start and end (a
-        # wait for the slowest client) then weigh the same at every depth.
-        send, receive = measure_depth(
-            pool, broker.pid, url, amounts.messages, amounts.depths[0], amounts.phase_s_max
-        )
-        after = queue_depth(client, url)
-        for phase, figures in ((SEND, send), (RECEIVE, receive)):
-            cases.append(
-                _case(
-                    WEIRMQ,
-                    SQS,
-                    phase,
-                    depth,
-                    {
-                        "name": case_name(WEIRMQ, phase, depth),
-                        **figures.figures(),
-                        "clients": pool.size,
-                        "depth_after": after,
-                    },
-                )
+        for pool in pools:
+            # Rounds of the shallowest depth at every depth: each round's start and end (a
+            # wait for the slowest client) then weigh the same at every depth.
+            send, receive = measure_depth(
+                pool, broker.pid, url, amounts.messages, amounts.depths[0], amounts.phase_s_max
             )
-        log(
-            f"    WeirMQ at {depth:,}: send {cases[-2]['messages_per_s']:,.0f} msg/s, "
-            f"receive + delete {cases[-1]['messages_per_s']:,.0f} msg/s"
-        )
+            after = queue_depth(client, url)
+            for phase, figures in ((SEND, send), (RECEIVE, receive)):
+                cases.append(
+                    _case(
+                        WEIRMQ,
+                        SQS,
+                        phase,
+                        depth,
+                        {
+                            "name": case_name(WEIRMQ, phase, depth, client=pool.client),
+                            **figures.figures(),
+                            "client": pool.client,
+                            "clients": pool.size,
+                            "calls_in_flight": pool.in_flight,
+                            "depth_after": after,
+                        },
+                    )
+                )
+            log(
+                f"    WeirMQ at {depth:,}, {pool.client} ({pool.size} processes, "
+                f"{pool.in_flight} calls in flight): send "
+                f"{cases[-2]['messages_per_s']:,.0f} msg/s, receive + delete "
+                f"{cases[-1]['messages_per_s']:,.0f} msg/s"
+            )
     return cases
 
 
@@ -604,8 +823,16 @@ def measure_weirmq(
         amqp_cases = _measure_amqp(broker, address, amounts, log)
         try:
             client = make_client(endpoint)
-            with ClientPool(endpoint, amounts.clients, broker.check_alive) as pool:
-                sqs_cases = _measure_sqs_depths(pool, client, broker, amounts, log)
+            with (
+                ClientPool(endpoint, amounts.clients, broker.check_alive) as pool,
+                ClientPool(
+                    endpoint,
+                    amounts.light_processes,
+                    broker.check_alive,
+                    amounts.light_concurrency,
+                ) as light,
+            ):
+                sqs_cases = _measure_sqs_depths((pool, light), client, broker, amounts, log)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log(f"    WeirMQ SQS: FAILED: {error}")
@@ -754,6 +981,7 @@ def measure_moto(work: Path, amounts: Plan, log: Callable[[str], None]) -> list[
                     {
                         "name": case_name(MOTO, phase, depth),
                         **figures.figures(),
+                        "client": BOTO3,
                         "clients": pool.size,
                         "depth_after": after,
                     },
@@ -823,16 +1051,26 @@ def _moto_fill(
 # --- The cases -------------------------------------------------------------------------------
 
 
+def _client(case: dict[str, Any]) -> str | None:
+    """An SQS case's client (boto3 where a document from before the light client has
+    none); None for AMQP's."""
+    return case.get("client", BOTO3) if case.get("api") == SQS else None
+
+
+def _matches(case: dict[str, Any], match: dict[str, Any]) -> bool:
+    return all((_client(case) if k == "client" else case.get(k)) == v for k, v in match.items())
+
+
 def _rate(cases: Sequence[dict[str, Any]], **match: Any) -> float | None:
     for case in cases:
-        if all(case.get(k) == v for k, v in match.items()) and case.get("messages_per_s"):
+        if _matches(case, match) and case.get("messages_per_s"):
             return float(case["messages_per_s"])
     return None
 
 
 def _per_cpu_s(cases: Sequence[dict[str, Any]], **match: Any) -> float | None:
     for case in cases:
-        if all(case.get(k) == v for k, v in match.items()):
+        if _matches(case, match):
             value = case.get("messages_per_broker_cpu_s")
             return float(value) if value else None
     return None
@@ -852,13 +1090,11 @@ def add_ratios(cases: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         ):
             continue
         server, phase, rate = case["server"], case["phase"], case["messages_per_s"]
-        depths = sorted(
-            c["depth"]
-            for c in measured
-            if c.get("api") == SQS and c["server"] == server and c["phase"] == phase
-        )
+        client = _client(case)
+        same = {"api": SQS, "server": server, "phase": phase, "client": client}
+        depths = sorted(c["depth"] for c in measured if _matches(c, same))
         if case["depth"] > depths[0]:
-            shallow = _rate(measured, api=SQS, server=server, phase=phase, depth=depths[0])
+            shallow = _rate(measured, **same, depth=depths[0])
             case["ratio_to_shallow"] = rate / shallow if shallow else None
         if server != WEIRMQ:
             continue
@@ -871,6 +1107,8 @@ def add_ratios(cases: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if phase == SEND:
             each = _rate(measured, api=AMQP, server=WEIRMQ, phase=AMQP_SEND_EACH)
             case["ratio_to_amqp_each"] = rate / each if each else None
+        if client != BOTO3:  # moto is measured with boto3 only
+            continue
         moto = _rate(measured, api=SQS, server=MOTO, phase=phase, depth=case["depth"])
         if moto:
             case["ratio_to_moto"] = rate / moto
@@ -932,7 +1170,9 @@ def _document(amounts: Plan, cases: list[dict[str, Any]]) -> dict[str, Any]:
     )
     return {
         "description": (
-            f"boto3 in {amounts.clients} client processes, one call in flight each, 1 KB "
+            f"boto3 in {amounts.clients} client processes, one call in flight each, and "
+            f"'(light client)': AWS JSON 1.0 over aiohttp in {amounts.light_processes} "
+            f"processes x {amounts.light_concurrency} calls in flight; 1 KB "
             f"bodies; SQS on WeirMQ at queue depths {shallow:,} and {deep:,} (filled first, "
             f"uncounted), {amounts.messages:,} messages per phase in rounds of {shallow:,}: "
             f"{SEND_CALLS}, then {RECEIVE_CALLS} (WaitTimeSeconds {WAIT_S}); p50/p99 "
@@ -947,6 +1187,8 @@ def _document(amounts: Plan, cases: list[dict[str, Any]]) -> dict[str, Any]:
             "messages": amounts.messages,
             "phase_s_max": amounts.phase_s_max,
             "clients": amounts.clients,
+            "light_processes": amounts.light_processes,
+            "light_concurrency": amounts.light_concurrency,
             "batch": BATCH,
             "value_bytes": VALUE_BYTES,
             "wait_time_s": WAIT_S,
