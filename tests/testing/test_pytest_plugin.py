@@ -38,3 +38,26 @@ def test_weirmq_broker_is_shared_by_the_session(
 ) -> None:
     assert request.getfixturevalue("weirmq_broker") is weirmq_broker
     assert weirmq_broker.call(lambda: weirmq_broker.broker.topics.get("plugin-demo")) is not None
+
+
+def test_the_fixtures_groups_rebalance_at_once(weirmq_broker: Broker) -> None:
+    """The fixture's broker does not hold a group's first rebalance for the default 3 s
+    (its setting is 0), and a subscribed consumer gets its records."""
+    assert weirmq_broker.broker.settings.group_initial_rebalance_delay_ms == 0
+    producer = Producer({"bootstrap.servers": weirmq_broker.bootstrap_servers})
+    producer.produce("plugin-group-demo", value=b"first")
+    assert producer.flush(10) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": weirmq_broker.bootstrap_servers,
+            "group.id": "plugin-group",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe(["plugin-group-demo"])
+    try:
+        message = consumer.poll(10)
+    finally:
+        consumer.close()
+    assert message is not None and message.error() is None
+    assert message.value() == b"first"
