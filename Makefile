@@ -8,8 +8,9 @@ VENV_PYTHON := $(VENV)/bin/python
 INSTALL_STAMP := $(VENV)/.installed-stamp
 # Debian packages the tests need; installed by `make system-deps`. kcat is a Kafka client
 # under test; rabbitmq-server is the reference AMQP 0-9-1 server the differential tests and
-# the `amqp` benchmark start as private nodes on free ports (weirmq.bench.rabbitmq).
-DEB_PACKAGES ?= kcat rabbitmq-server
+# the `amqp` benchmark start as private nodes on free ports (weirmq.bench.rabbitmq);
+# chromium (with a font for its screenshots) is the browser the web console's tests drive.
+DEB_PACKAGES ?= kcat rabbitmq-server chromium fonts-dejavu-core
 # Spark (the weirmq.spark tests, make spark-demo) needs a Java runtime, 17 or newer; this
 # package is installed when no `java` is on the PATH.
 JAVA_PACKAGE ?= openjdk-17-jre-headless

@@ -91,7 +91,7 @@ from weirmq.broker.group_service import GroupView
 from weirmq.broker.topics import Topic
 from weirmq.settings import Settings, parse_host_port
 
-from . import openapi, views
+from . import console, openapi, views
 from .errors import (
     BINDING_NOT_FOUND,
     EXCHANGE_CONFLICT,
@@ -222,6 +222,7 @@ def create_app(broker: Broker) -> web.Application:
             web.post("/api/v1/exchanges/{name}/replay", replay),
             web.get("/openapi.json", get_openapi),
             web.get("/metrics", get_metrics),
+            *console.routes(),
         ]
     )
     return app
