@@ -1,10 +1,13 @@
 # WeirMQ developer commands. Everything runs from a fresh clone with only python3 (>= 3.11):
-# `make venv` builds .venv and installs the project with its test extras into it.
+# `make run` builds .venv with what the broker needs and starts it; `make venv` (and every
+# target that tests, checks or measures) installs the project with its test extras too.
 
 PYTHON ?= python3
 VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
-# Reinstall when pyproject.toml is newer than this (dependencies or entry points changed).
+# Reinstall when pyproject.toml is newer than these (dependencies or entry points changed):
+# one for the broker alone (make run), one for everything the tests need.
+RUN_STAMP := $(VENV)/.installed-run-stamp
 INSTALL_STAMP := $(VENV)/.installed-stamp
 # Debian packages the tests need; installed by `make system-deps`. kcat is a Kafka client
 # under test; rabbitmq-server is the reference AMQP 0-9-1 server the differential tests and
@@ -19,9 +22,11 @@ BENCH_ARGS ?=
 # Directories ruff checks; bench/ and examples/ may not exist in every checkout.
 LINT_DIRS := $(wildcard src tests bench examples)
 
-.PHONY: venv system-deps test test-fast check run bench bench-quick bench-storage bench-rebalance bench-spark spark-demo clean
+.PHONY: venv run-venv system-deps test test-fast check run bench bench-quick bench-storage bench-rebalance bench-spark spark-demo clean
 
 venv: $(INSTALL_STAMP)
+
+run-venv: $(RUN_STAMP)
 
 $(VENV_PYTHON):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -32,7 +37,16 @@ $(VENV_PYTHON):
 	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 
 $(INSTALL_STAMP): pyproject.toml | $(VENV_PYTHON)
+	@echo "make: installing WeirMQ with its test, Spark and benchmark extras into $(VENV)" \
+		"(the first time: about 1 GB, a few minutes)"
 	$(VENV_PYTHON) -m pip install --quiet --progress-bar off -e '.[test]'
+	@touch $@ $(RUN_STAMP)
+
+# The broker and its commands only: no Spark, no test tools (see README, "Two commands").
+$(RUN_STAMP): pyproject.toml | $(VENV_PYTHON)
+	@echo "make run: installing WeirMQ and what the broker needs into $(VENV)" \
+		"(the first time: about 100 MB, under a minute)"
+	$(VENV_PYTHON) -m pip install --quiet --progress-bar off -e .
 	@touch $@
 
 # Installs only what is missing, and only where it can (root with apt-get); anywhere else
@@ -82,8 +96,11 @@ check: venv
 	echo "== import rules"; $(VENV_PYTHON) -m pytest -q tests/test_import_rules.py || status=1; \
 	exit $$status
 
-run: venv
-	$(VENV)/bin/weirmq serve
+# Says where the CLI is before the broker's own lines; Ctrl-C stops the broker.
+run: $(RUN_STAMP)
+	@echo "make run: starting the broker (Ctrl-C stops it). Its command line is" \
+		"$(VENV)/bin/weirmq; in another terminal, '. $(VENV)/bin/activate' puts weirmq on PATH."
+	@exec $(VENV)/bin/weirmq serve
 
 # The benchmark suite (docs/benchmarks.md): every workload, ~7 minutes; results in
 # bench/results/ (gitignored). BENCH_ARGS adds options, e.g. BENCH_ARGS="--workload latency".
