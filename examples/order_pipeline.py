@@ -7,8 +7,10 @@
 
 `make spark-demo` runs it end to end on local[2] against a broker it starts in-process,
 prints the results read back from both sinks, checks them against the orders it produced,
-and prints the run time. `--bootstrap HOST:PORT` uses your broker instead (see
-examples/README.md). Every function but `main` is meant to be copied or imported.
+and prints the run time. `--bootstrap HOST:PORT` uses your broker instead, `--master URL`
+a Spark cluster (`spark://host:7077`) and `--work-dir` shared storage for the checkpoint
+and the Parquet output (see examples/README.md and docs/spark.md, "Running on a
+cluster"). Every function but `main` is meant to be copied or imported.
 
 The data. `produce_orders` writes JSON order events (order_id, region, amount, event time
 in ms) keyed by order_id, with the Kafka record timestamp set to the event time. Orders
@@ -60,6 +62,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import random
 import sys
 import tempfile
@@ -69,7 +72,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
@@ -375,17 +377,24 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     with contextlib.ExitStack() as stack:  # on the way out: Spark, the files, the broker
         bootstrap = args.bootstrap or stack.enter_context(_own_broker())
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="order-pipeline-")))
-        spark = _session()
+        work = args.work_dir or stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="order-pipeline-")
+        )
+        spark = _session(args.master)
         stack.callback(spark.stop)
-        print(f"Spark session ready ({time.monotonic() - began:.1f} s since start)")
+        print(
+            f"Spark session ready on {spark.sparkContext.master} "
+            f"({time.monotonic() - began:.1f} s since start)"
+        )
         ok = _demo(spark, bootstrap, work, args.orders, args.seed)
     print(f"elapsed: {time.monotonic() - began:.1f} s")
     return 0 if ok else 1
 
 
-def _demo(spark: SparkSession, bootstrap: str, work: Path, n: int, seed: int) -> bool:
-    """Produces, runs the query twice (see "How the demo ends"), prints and checks."""
+def _demo(spark: SparkSession, bootstrap: str, work: str, n: int, seed: int) -> bool:
+    """Produces, runs the query twice (see "How the demo ends"), prints and checks. The
+    checkpoint and the Parquet output go under `work/<run id>/`: a local directory, or a
+    URI Spark writes to (hdfs://, s3a://), so no `Path` here."""
     run = uuid.uuid4().hex[:8]  # fresh topics per run, so a shared broker works too
     source_topic, result_topic = f"orders-{run}", f"revenue-per-minute-{run}"
     create_topics(bootstrap, {source_topic: SOURCE_PARTITIONS, result_topic: RESULT_PARTITIONS})
@@ -396,7 +405,8 @@ def _demo(spark: SparkSession, bootstrap: str, work: Path, n: int, seed: int) ->
     orders = produce_orders(bootstrap, source_topic, n, seed, start_ms)
     print(f"produced {len(orders):,} orders to {source_topic} on {bootstrap}")
 
-    parquet_dir, checkpoint_dir = str(work / "revenue"), str(work / "checkpoint")
+    run_dir = f"{work.rstrip('/')}/order-pipeline-{run}"
+    parquet_dir, checkpoint_dir = f"{run_dir}/revenue", f"{run_dir}/checkpoint"
     start = functools.partial(
         build_query, spark, bootstrap, source_topic, result_topic, parquet_dir, checkpoint_dir
     )
@@ -431,6 +441,20 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="use this broker (WeirMQ or Kafka) instead of starting one in-process",
     )
     parser.add_argument(
+        "--master",
+        metavar="URL",
+        default="local[2]",
+        help="Spark master: local[N], or a cluster such as spark://HOST:7077 "
+        "(needs PYSPARK_PYTHON; see docs/spark.md) (%(default)s)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        help="where the checkpoint and the Parquet output go (a directory or a URI such as "
+        "hdfs://...); on a cluster of several machines, storage every node shares "
+        "(default: a temporary directory, removed at the end)",
+    )
+    parser.add_argument(
         "--orders", type=int, default=20_000, help="orders to produce (%(default)s)"
     )
     parser.add_argument(
@@ -439,7 +463,21 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.orders <= 0:
         parser.error("--orders must be positive")
+    if not _is_local(args.master) and not os.environ.get("PYSPARK_PYTHON"):
+        # Checked here because Spark's own symptoms are far from the cause: the executors
+        # would run `python3` from each worker's PATH (the tasks fail with "No module
+        # named 'pyarrow'"), and the driver looks the format up with that Python too
+        # (DATA_SOURCE_NOT_FOUND when it has no weirmq).
+        parser.error(
+            f"--master {args.master} needs PYSPARK_PYTHON: the absolute path of a Python "
+            f"with weirmq[spark] installed, the same on the driver and every worker "
+            f"(this one is {sys.executable})"
+        )
     return args
+
+
+def _is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
 
 
 @contextlib.contextmanager
@@ -450,14 +488,26 @@ def _own_broker() -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
-def _session() -> SparkSession:
-    from weirmq.spark.local import local_session
-
+def _session(master: str) -> SparkSession:
     config = {
         "spark.sql.session.timeZone": "UTC",  # windows print the same everywhere
         "spark.ui.showConsoleProgress": "false",
     }
-    return local_session("weirmq-order-pipeline", config=config)
+    if _is_local(master):
+        from weirmq.spark.local import local_session
+
+        return local_session("weirmq-order-pipeline", master=master, config=config)
+    # A cluster: a plain session, as a job of your own would make. Nothing of
+    # local_session's applies: Spark binds where SPARK_LOCAL_IP says (the executors
+    # connect back to the driver), and PYSPARK_PYTHON was checked in _parse_args. A few
+    # shuffle partitions, not Spark's 200: the aggregation's state is a few dozen windows,
+    # and each shuffle partition is a state-store task in every micro-batch.
+    builder = SparkSession.builder.master(master).appName("weirmq-order-pipeline")
+    for key, value in {**config, "spark.sql.shuffle.partitions": "4"}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
 
 
 def _progress_lines(progress: list[dict[str, Any]]) -> Iterator[str]:
