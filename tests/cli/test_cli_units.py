@@ -339,9 +339,10 @@ def test_help_lists_the_client_commands_and_exit_codes() -> None:
     output = " ".join(result.output.split())
     for line in (
         "consume Print the records of TOPIC as they arrive.",
-        "produce Send each line of stdin to TOPIC as one record.",
-        "topics List, create, describe, alter and delete topics.",
-        "groups List, describe and delete consumer groups.",
+        "produce Send each line of stdin (or --file) to TOPIC as one record.",
+        "topics List, create, describe, alter, trim and delete topics.",
+        "groups List, describe, reset the offsets of and delete consumer groups.",
+        "status Show the cluster: its id, controller, brokers, topics and health.",
         "exchanges ",
         "3 no broker reachable at --bootstrap",
     ):

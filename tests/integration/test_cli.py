@@ -220,7 +220,9 @@ def test_produce_then_consume_keys_headers_and_format(broker: BrokerProcess) -> 
         stdin=lines,
     )
     ok(produced)
-    assert produced.stderr.decode() == "weirmq: produced 4 records to orders\n"
+    assert produced.stderr.decode() == (
+        "weirmq: produced 4 records (39 B) to orders (partition 0: offsets 0-3)\n"
+    )
 
     formatted = weirmq(
         broker,
@@ -233,7 +235,10 @@ def test_produce_then_consume_keys_headers_and_format(broker: BrokerProcess) -> 
         "orders/0/2 key=(-1) value=no key here headers=source=cli,trace=a=b\n"
         "orders/0/3 key=(0) value=empty key headers=source=cli,trace=a=b\n"
     )
-    assert formatted.stderr.decode() == "weirmq: consumed 4 records from orders\n"
+    assert formatted.stderr.decode() == (
+        "weirmq: reached the end of orders [0] at offset 4\n"
+        "weirmq: consumed 4 records from orders\n"
+    )
     # The default: values, one per line.
     plain = ok(weirmq(broker, "consume", "orders", "--from-beginning", "--exit"))
     assert plain == "v1\nv:with:colons\nno key here\nempty key\n"
@@ -281,12 +286,17 @@ def test_produce_json_summary_and_binary_lines(broker: BrokerProcess) -> None:
     assert summary == {
         "topic": "spread",
         "records": 3,
+        "bytes": 3,
         "delivered": 3,
         "failed": 0,
+        "acks": "all",
+        "compression": "none",
         "partitions": [{"partition": 1, "records": 3, "first_offset": 0, "last_offset": 2}],
         "errors": [],
     }
-    assert result.stderr.decode() == "weirmq: produced 3 records to spread\n"
+    assert result.stderr.decode() == (
+        "weirmq: produced 3 records (3 B) to spread (partition 1: offsets 0-2)\n"
+    )
     out = weirmq(broker, "consume", "spread", "--partition", "1", "--from-beginning", "--exit")
     assert out.returncode == 0
     assert out.stdout == b"a\n\xff\nc\n"  # bytes in, the same bytes out

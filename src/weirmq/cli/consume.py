@@ -15,9 +15,16 @@ Theory of operation:
 - Records are printed as bytes to stdout, batch by batch, flushing after each batch so a
   pipe sees them as they come: the value per line by default, a kcat-style ``--format``,
   or JSON Lines with ``--json`` (see formats.py).
+- ``--from-timestamp`` asks the broker for the first offset at or after the time in each
+  partition (``offsets_for_times``, Kafka's ListOffsets by timestamp) and assigns those; a
+  partition with no record that late starts at its end.
 - It stops after ``--max-messages``, or with ``--exit`` once every assigned partition has
   reached its end (librdkafka's partition-EOF events), or on Ctrl-C (exit code 0: it is
   the normal way to stop following a topic), or when the reader of a pipe goes away.
+- Each time a partition is read to its end, a line on stderr says so, as kcat's
+  ``% Reached end of topic ...`` does (the same partition-EOF events), so a person
+  watching knows the silence means "nothing new" rather than "stuck". ``--quiet`` drops it
+  and the closing summary; ``--json`` drops it (scripts have the records).
 - Losing every broker connection ends the run with exit code 3, so a script's ``--exit``
   run fails instead of waiting forever for a broker that has gone.
 """
@@ -34,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from weirmq.cli.clients import (
+    REQUEST_TIMEOUT_S,
     Bootstrap,
     BrokerUnreachable,
     bootstrap_option,
@@ -43,6 +51,7 @@ from weirmq.cli.clients import (
     client_config,
     error_for,
     json_option,
+    kafka_errors,
     topic_metadata,
 )
 from weirmq.cli.formats import (
@@ -54,6 +63,7 @@ from weirmq.cli.formats import (
     record_json_line,
     render,
 )
+from weirmq.cli.offsets import parse_time_ms
 from weirmq.cli.output import note, progress, progress_wanted
 
 if TYPE_CHECKING:
@@ -93,6 +103,13 @@ def _offset_callback(ctx: click.Context, param: click.Parameter, value: str | No
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
+def _time_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    try:
+        return None if value is None else parse_time_ms(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 def _format_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     try:
         return None if value is None else compile_format(value)
@@ -110,6 +127,14 @@ def _format_callback(ctx: click.Context, param: click.Parameter, value: str | No
     metavar="beginning|end|N|-N",
     callback=_offset_callback,
     help="Start offset in each partition (-N: N records before the end) [default: end].",
+)
+@click.option(
+    "--from-timestamp",
+    "from_ms",
+    metavar="TIME",
+    callback=_time_callback,
+    help="Start at the first record at or after TIME (ms since the epoch, or ISO 8601, "
+    "UTC unless given).",
 )
 @click.option(
     "--partition",
@@ -149,17 +174,25 @@ def _format_callback(ctx: click.Context, param: click.Parameter, value: str | No
     callback=_format_callback,
     help="kcat-style: %t %p %o %k %s %h %T %K %S, \\n \\t [default: %s\\n].",
 )
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No notes on stderr: neither 'reached the end' nor the closing summary.",
+)
 @bootstrap_option
 @json_option
 def consume(
     topic: str,
     from_beginning: bool,
     start_offset: int | None,
+    from_ms: int | None,
     partitions: tuple[int, ...],
     group: str | None,
     max_messages: int | None,
     exit_at_end: bool,
     record_format: CompiledFormat | None,
+    quiet: bool,
     bootstrap: Bootstrap,
     as_json: bool,
 ) -> None:
@@ -167,32 +200,40 @@ def consume(
 
     By default: the value of each new record, one per line, until Ctrl-C.
     """
-    _check_usage(from_beginning, start_offset, partitions, group, record_format, as_json)
+    _check_usage(from_beginning, start_offset, from_ms, partitions, group, record_format, as_json)
     if from_beginning:
         start_offset = OFFSET_BEGINNING
     printer = _printer(record_format, as_json)
-    state = RunState()
-    consumer = _consumer(bootstrap, group, from_beginning, exit_at_end, state)
+    state = RunState(announce_end=not (quiet or as_json), exit_at_end=exit_at_end)
+    consumer = _consumer(bootstrap, group, from_beginning, state)
     try:
-        _start(consumer, topic, partitions, group, start_offset, bootstrap)
+        _start(consumer, topic, partitions, group, start_offset, from_ms, bootstrap)
         _run(consumer, printer, state, max_messages, exit_at_end, bootstrap)
     finally:
         consumer.close()
-    note(f"consumed {state.count} record{'' if state.count == 1 else 's'} from {topic}")
+    if not quiet:
+        note(f"consumed {state.count} record{'' if state.count == 1 else 's'} from {topic}")
 
 
 def _check_usage(
     from_beginning: bool,
     start_offset: int | None,
+    from_ms: int | None,
     partitions: tuple[int, ...],
     group: str | None,
     record_format: CompiledFormat | None,
     as_json: bool,
 ) -> None:
-    if from_beginning and start_offset is not None:
-        raise click.UsageError("--from-beginning and --offset cannot be used together")
-    if group and (partitions or start_offset is not None):
-        raise click.UsageError("with --group the group assigns partitions and offsets")
+    starts = [from_beginning, start_offset is not None, from_ms is not None]
+    if sum(starts) > 1:
+        raise click.UsageError(
+            "--from-beginning, --offset and --from-timestamp cannot be used together"
+        )
+    if group and (partitions or start_offset is not None or from_ms is not None):
+        raise click.UsageError(
+            "with --group the group assigns partitions and offsets "
+            "(weirmq groups reset-offsets moves a group's offsets)"
+        )
     if record_format is not None and as_json:
         raise click.UsageError("--format and --json cannot be used together")
 
@@ -205,8 +246,11 @@ def _printer(record_format: CompiledFormat | None, as_json: bool) -> Printer:
 
 @dataclass
 class RunState:
-    """What the loop tracks: records printed, partitions at their end, a lost broker."""
+    """What the loop tracks: records printed, partitions at their end, a lost broker; and
+    whether to say so on stderr when a partition is read to its end."""
 
+    announce_end: bool = True
+    exit_at_end: bool = False
     count: int = 0
     at_end: set[int] = field(default_factory=set)
     lost: KafkaError | None = None
@@ -222,7 +266,6 @@ def _consumer(
     bootstrap: Bootstrap,
     group: str | None,
     from_beginning: bool,
-    exit_at_end: bool,
     state: RunState,
 ) -> Consumer:
     from confluent_kafka import Consumer
@@ -234,7 +277,8 @@ def _consumer(
         # Where a group without committed offsets starts (and where an out-of-range
         # --offset lands).
         "auto.offset.reset": "earliest" if from_beginning else "latest",
-        "enable.partition.eof": exit_at_end,
+        # Partition-EOF events: what --exit waits for, and what the end notes announce.
+        "enable.partition.eof": state.exit_at_end or state.announce_end,
         "error_cb": state.on_client_error,
     }
     return Consumer(client_config(bootstrap, settings))
@@ -246,6 +290,7 @@ def _start(
     partitions: Sequence[int],
     group: str | None,
     start_offset: int | None,
+    from_ms: int | None,
     bootstrap: Bootstrap,
 ) -> None:
     """Check that the topic (and partitions) exist, then subscribe or assign. A consumer's
@@ -259,7 +304,31 @@ def _start(
     check_partitions(topic, partitions, existing)
     offset = OFFSET_END if start_offset is None else start_offset
     chosen = sorted(set(partitions)) if partitions else existing
-    consumer.assign([TopicPartition(topic, number, offset) for number in chosen])
+    if from_ms is not None:
+        starts = _offsets_at(consumer, topic, chosen, from_ms, bootstrap)
+    else:
+        starts = dict.fromkeys(chosen, offset)
+    consumer.assign([TopicPartition(topic, number, starts[number]) for number in chosen])
+
+
+def _offsets_at(
+    consumer: Consumer, topic: str, numbers: list[int], timestamp_ms: int, bootstrap: Bootstrap
+) -> dict[int, int]:
+    """The first offset at or after the time in each partition (the end where no record
+    is that late)."""
+    from confluent_kafka import TopicPartition
+
+    with kafka_errors(f"cannot look up offsets by time in topic {topic!r}", bootstrap, topic):
+        found = consumer.offsets_for_times(
+            [TopicPartition(topic, number, timestamp_ms) for number in numbers],
+            timeout=REQUEST_TIMEOUT_S,
+        )
+    starts = {}
+    for tp in found:
+        if tp.error is not None:
+            raise error_for(tp.error, f"cannot look up offsets by time in {topic!r}", bootstrap)
+        starts[tp.partition] = tp.offset if tp.offset >= 0 else OFFSET_END
+    return starts
 
 
 def _run(
@@ -326,10 +395,20 @@ def _print_batch(
 
 def _on_error(error: KafkaError, message: Message, state: RunState, bootstrap: Bootstrap) -> None:
     if error.name() == "_PARTITION_EOF":
-        state.at_end.add(message.partition() or 0)
+        partition = message.partition() or 0
+        if state.announce_end and partition not in state.at_end:
+            _announce_end(message, state)
+        state.at_end.add(partition)
         return
     topic = message.topic() or ""
     raise error_for(error, f"cannot read topic {topic!r}", bootstrap, topic)
+
+
+def _announce_end(message: Message, state: RunState) -> None:
+    """kcat's "% Reached end of topic orders [0] at offset 5", in our words."""
+    partition, offset = message.partition(), message.offset()
+    where = f"reached the end of {message.topic()} [{partition}] at offset {offset}"
+    note(where if state.exit_at_end else f"{where}; waiting for new records")
 
 
 def _silence_stdout() -> None:

@@ -53,13 +53,16 @@ from weirmq.cli.clients import (
     topic_metadata,
     wait_for,
 )
+from weirmq.cli.offsets import parse_time_ms
 from weirmq.cli.output import (
     Column,
+    activity,
     note,
     plural,
     print_json,
     print_line,
     print_table,
+    progress_wanted,
     report_deleted,
 )
 
@@ -834,19 +837,10 @@ def parse_timestamp_ms(text: str | None) -> int | None:
     """Milliseconds since the epoch, or an ISO 8601 time (UTC unless it says otherwise)."""
     if text is None:
         return None
-    if text.isdigit():
-        return int(text)
-    import datetime
-
     try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: expected milliseconds since the epoch or an ISO 8601 time"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
+        return parse_time_ms(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--from-timestamp'") from None
 
 
 @exchanges.command("replay", **client_command_settings())
@@ -898,9 +892,11 @@ def replay_command(
         offsets = parse_offsets(texts)
         if offsets is not None:
             body[field] = offsets
-    done = admin_request(
-        admin_url, "POST", f"/api/v1/exchanges/{name}/replay", body, timeout_s=REPLAY_TIMEOUT_S
-    )
+    # The admin API answers once every copy is written: a spinner shows it is working.
+    with activity(f"replaying exchange {name} into {destination}", enabled=progress_wanted()):
+        done = admin_request(
+            admin_url, "POST", f"/api/v1/exchanges/{name}/replay", body, timeout_s=REPLAY_TIMEOUT_S
+        )
     if as_json:
         print_json(done)
         return

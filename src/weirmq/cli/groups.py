@@ -26,7 +26,7 @@ client command; an unknown group is "group 'x' does not exist".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -39,18 +39,40 @@ from weirmq.cli.clients import (
     admin_request,
     admin_url_option,
     bootstrap_option,
+    check_partitions,
     client_command_settings,
     error_for,
     json_option,
     kafka_errors,
+    topic_metadata,
     wait_for,
 )
-from weirmq.cli.output import Column, note, print_json, print_line, print_table
+from weirmq.cli.offsets import (
+    PartitionFacts,
+    PlanError,
+    Reset,
+    ResetTarget,
+    TopicSelection,
+    parse_time_ms,
+    parse_topic_selection,
+    plan_resets,
+    plan_to_json,
+)
+from weirmq.cli.output import (
+    Column,
+    note,
+    plural,
+    print_json,
+    print_line,
+    print_table,
+    progress,
+    progress_wanted,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from weirmq.cli.kafka_admin import AdminClient, ConsumerGroupDescription
+    from weirmq.cli.kafka_admin import AdminClient, ConsumerGroupDescription, OffsetSpec
 
 T = TypeVar("T")
 TopicPartitionKey = tuple[str, int]
@@ -79,7 +101,7 @@ NONE = "-"  # how a table shows a value that does not exist, as kafka-consumer-g
 
 @click.group()
 def groups() -> None:
-    """List, describe and delete consumer groups."""
+    """List, describe, reset the offsets of and delete consumer groups."""
 
 
 # -- list --------------------------------------------------------------------------------------
@@ -464,6 +486,281 @@ def delete_command(group: str, bootstrap: Bootstrap, as_json: bool) -> None:
         print_json({"group": group, "deleted": True})
     else:
         print_line(f"Deleted group {group}.")
+
+
+# -- reset-offsets -----------------------------------------------------------------------------
+
+# Above this many partitions a reset draws a progress bar while it lists their offsets.
+RESET_PROGRESS_PARTITIONS_MIN = 50
+# What OffsetCommit answers for a group that got members between our check and the commit.
+ACTIVE_GROUP_ERRORS = frozenset(
+    {"UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "NON_EMPTY_GROUP"}
+)
+
+
+def _time_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    try:
+        return None if value is None else parse_time_ms(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _selections_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    try:
+        return [parse_topic_selection(text) for text in value]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+@groups.command("reset-offsets", **client_command_settings())
+@click.argument("group")
+@click.option("--to-earliest", is_flag=True, help="To the oldest offset of each partition.")
+@click.option("--to-latest", is_flag=True, help="To the end of each partition (skip everything).")
+@click.option(
+    "--to-timestamp",
+    "to_timestamp",
+    metavar="TIME",
+    callback=_time_callback,
+    help="To the first record at or after TIME (ms since the epoch, or ISO 8601, "
+    "UTC unless given).",
+)
+@click.option(
+    "--to-offset",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="To offset N (clamped to the partition's earliest and latest).",
+)
+@click.option(
+    "--shift-by", type=int, metavar="N", help="By N from the committed offset (negative: back)."
+)
+@click.option(
+    "--topic",
+    "selections",
+    metavar="TOPIC[:P,P...]",
+    multiple=True,
+    callback=_selections_callback,
+    help="Reset this topic, all its partitions or the ones named (repeatable).",
+)
+@click.option(
+    "--all-topics", is_flag=True, help="Reset every partition the group has committed offsets for."
+)
+@click.option("--dry-run", is_flag=True, help="Only show the plan (the default).")
+@click.option("--execute", is_flag=True, help="Apply the plan.")
+@bootstrap_option
+@json_option
+def reset_offsets_command(
+    group: str,
+    to_earliest: bool,
+    to_latest: bool,
+    to_timestamp: int | None,
+    to_offset: int | None,
+    shift_by: int | None,
+    selections: list[TopicSelection],
+    all_topics: bool,
+    dry_run: bool,
+    execute: bool,
+    bootstrap: Bootstrap,
+    as_json: bool,
+) -> None:
+    """Move the committed offsets of group GROUP (shows the plan; --execute applies it).
+
+    As kafka-consumer-groups.sh --reset-offsets (rpk group seek): the group must have no
+    members, so stop its consumers first. A group that does not exist yet gets the
+    offsets, which is how a new group is made to start somewhere.
+    """
+    target = _reset_target(to_earliest, to_latest, to_timestamp, to_offset, shift_by)
+    if bool(selections) == all_topics:
+        raise click.UsageError("give --topic TOPIC[:P,P...] (repeatable) or --all-topics")
+    if dry_run and execute:
+        raise click.UsageError("--dry-run and --execute cannot be used together")
+    admin = admin_client(bootstrap)
+    _check_inactive(admin, group, bootstrap)
+    committed = _committed(admin, group, bootstrap)
+    if all_topics:
+        keys = _committed_keys(admin, group, committed, bootstrap)
+    else:
+        keys = _selected_keys(admin, selections, bootstrap)
+    facts = _partition_facts(admin, keys, committed, target, bootstrap)
+    try:
+        plan = plan_resets(target, facts)
+    except PlanError as exc:
+        raise CommandError(str(exc)) from None
+    if execute:
+        _apply(admin, group, plan, bootstrap)
+    _report_resets(group, target, plan, execute, as_json)
+
+
+def _reset_target(
+    to_earliest: bool,
+    to_latest: bool,
+    to_timestamp: int | None,
+    to_offset: int | None,
+    shift_by: int | None,
+) -> ResetTarget:
+    given = [
+        ResetTarget("earliest") if to_earliest else None,
+        ResetTarget("latest") if to_latest else None,
+        ResetTarget("timestamp", to_timestamp) if to_timestamp is not None else None,
+        ResetTarget("offset", to_offset) if to_offset is not None else None,
+        ResetTarget("shift", shift_by) if shift_by is not None else None,
+    ]
+    chosen = [target for target in given if target is not None]
+    if len(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --to-earliest, --to-latest, --to-timestamp, --to-offset, "
+            "--shift-by"
+        )
+    return chosen[0]
+
+
+def _check_inactive(admin: AdminClient, group: str, bootstrap: Bootstrap) -> None:
+    """CommandError if the group has members: they would commit over the reset (Kafka's
+    tool refuses too). A group that does not exist is fine: it gets the offsets."""
+    futures = admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)
+    try:
+        description = wait_for(futures[group], f"cannot describe group {group!r}", bootstrap)
+    except CommandError as exc:
+        if exc.error_name == GROUP_ID_NOT_FOUND:
+            return
+        if SHARE_GROUP_REFUSAL in str(exc):
+            raise CommandError(
+                f"group {group!r} is a share group: it has no offsets to reset"
+            ) from None
+        raise
+    if description.members:
+        raise _active_group(group, len(description.members), state_name(description.state))
+
+
+def _active_group(group: str, members: int | None, state: str | None) -> CommandError:
+    has = f"has {members} active member{'' if members == 1 else 's'}" if members else "is active"
+    during = f" ({state})" if state else ""
+    return CommandError(
+        f"group {group!r} {has}{during}: offsets can only be reset while it has no members; "
+        "stop its consumers first",
+        "NON_EMPTY_GROUP",
+    )
+
+
+def _committed_keys(
+    admin: AdminClient, group: str, committed: dict[TopicPartitionKey, int], bootstrap: Bootstrap
+) -> list[TopicPartitionKey]:
+    """--all-topics: the partitions with committed offsets that still exist."""
+    if not committed:
+        raise CommandError(
+            f"group {group!r} has no committed offsets: name the topics with --topic"
+        )
+    existing = _existing(admin, committed, bootstrap)
+    gone = sorted(set(committed) - set(existing))
+    if gone:
+        names = ", ".join(f"{topic}-{partition}" for topic, partition in gone)
+        note(f"skipped partitions that no longer exist: {names}")
+    return sorted(existing)
+
+
+def _selected_keys(
+    admin: AdminClient, selections: list[TopicSelection], bootstrap: Bootstrap
+) -> list[TopicPartitionKey]:
+    """--topic: every partition of each topic, or the ones named (which must exist)."""
+    keys: set[TopicPartitionKey] = set()
+    for selection in selections:
+        existing = topic_metadata(admin, selection.topic, bootstrap).partitions
+        wanted = selection.partitions if selection.partitions is not None else existing
+        check_partitions(selection.topic, wanted, existing)
+        keys.update((selection.topic, number) for number in wanted)
+    return sorted(keys)
+
+
+def _partition_facts(
+    admin: AdminClient,
+    keys: list[TopicPartitionKey],
+    committed: dict[TopicPartitionKey, int],
+    target: ResetTarget,
+    bootstrap: Bootstrap,
+) -> dict[TopicPartitionKey, PartitionFacts]:
+    """Earliest and latest offsets of each partition (and the offset at the time, for
+    --to-timestamp): ListOffsets requests all in flight at once."""
+    from weirmq.cli.kafka_admin import at_time, earliest, latest
+
+    specs = [earliest, latest]
+    if target.strategy == "timestamp":
+        specs.append(lambda: at_time(target.value))
+    enabled = progress_wanted() and len(keys) >= RESET_PROGRESS_PARTITIONS_MIN
+    with progress("listing offsets", enabled=enabled, total=len(keys) * len(specs)) as advance:
+        found = [_list_offsets(admin, keys, spec, bootstrap, advance) for spec in specs]
+    return {
+        key: PartitionFacts(
+            earliest=found[0][key],
+            latest=found[1][key],
+            committed=committed.get(key),
+            at_time=found[2][key] if len(found) > 2 else None,
+        )
+        for key in keys
+    }
+
+
+def _list_offsets(
+    admin: AdminClient,
+    keys: list[TopicPartitionKey],
+    spec: Callable[[], OffsetSpec],
+    bootstrap: Bootstrap,
+    advance: Callable[[float], None],
+) -> dict[TopicPartitionKey, int]:
+    from confluent_kafka import TopicPartition
+
+    wanted = {TopicPartition(topic, partition): spec() for topic, partition in keys}
+    futures = admin.list_offsets(wanted, request_timeout=REQUEST_TIMEOUT_S)
+    found = {}
+    for tp, future in futures.items():
+        doing = f"cannot list the offsets of topic {tp.topic!r}"
+        found[tp.topic, tp.partition] = wait_for(future, doing, bootstrap, tp.topic).offset
+        advance(1)
+    return found
+
+
+def _apply(admin: AdminClient, group: str, plan: list[Reset], bootstrap: Bootstrap) -> None:
+    """Commit the new offsets (OffsetCommit as an admin, outside any generation)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    if not plan:
+        return
+    offsets = [TopicPartition(reset.topic, reset.partition, reset.new) for reset in plan]
+    request = [ConsumerGroupTopicPartitions(group, offsets)]
+    futures = admin.alter_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)
+    doing = f"cannot reset the offsets of group {group!r}"
+    try:
+        result = wait_for(futures[group], doing, bootstrap)
+    except CommandError as exc:
+        if exc.error_name in ACTIVE_GROUP_ERRORS:
+            raise _active_group(group, None, None) from None
+        raise
+    for tp in result.topic_partitions or []:
+        if tp.error is None:
+            continue
+        if tp.error.name() in ACTIVE_GROUP_ERRORS:
+            raise _active_group(group, None, None)
+        raise error_for(tp.error, f"{doing} on {tp.topic}-{tp.partition}", bootstrap, tp.topic)
+
+
+def _report_resets(
+    group: str, target: ResetTarget, plan: list[Reset], executed: bool, as_json: bool
+) -> None:
+    if as_json:
+        print_json(plan_to_json(group, target, plan, executed))
+    elif plan:
+        print_table(
+            [
+                Column("TOPIC"),
+                Column("PARTITION", "right"),
+                Column("CURRENT-OFFSET", "right"),
+                Column("NEW-OFFSET", "right"),
+            ],
+            [(r.topic, str(r.partition), _or_none(r.current), str(r.new)) for r in plan],
+        )
+    where = f"{plural(len(plan), 'partition')} to {target.describe()}"
+    if executed:
+        note(f"reset group {group} on {where}")
+    else:
+        note(f"dry run: would reset group {group} on {where}; --execute applies it")
 
 
 # -- configs -----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ __all__ = [
     "OffsetSpec",
     "ResourceType",
     "TopicMetadata",
+    "at_time",
     "earliest",
     "latest",
 ]
@@ -53,4 +54,11 @@ def earliest() -> OffsetSpec:
 def latest() -> OffsetSpec:
     """The ListOffsets spec for a partition's end (the offset the next record gets)."""
     spec: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    return spec
+
+
+def at_time(timestamp_ms: int) -> OffsetSpec:
+    """The ListOffsets spec for the first record at or after ``timestamp_ms`` (the offset
+    comes back as -1 when no record is that late)."""
+    spec: OffsetSpec = OffsetSpec.for_timestamp(timestamp_ms)
     return spec

@@ -1,4 +1,4 @@
-"""The client commands (``topics``, ``groups``, ``produce``, ``consume``, ``bench``),
+"""The client commands (``topics``, ``groups``, ``produce``, ``consume``, ``status``, ...),
 registered on the ``weirmq`` group without importing them.
 
 Why: ``weirmq serve`` is started by scripts and benchmarks that time it, and building the
@@ -27,6 +27,7 @@ CLIENT_COMMANDS = {
     "groups": "weirmq.cli.groups:groups",
     "produce": "weirmq.cli.produce:produce",
     "consume": "weirmq.cli.consume:consume",
+    "status": "weirmq.cli.status:status",
     "exchanges": "weirmq.cli.exchanges:exchanges",
     "quotas": "weirmq.cli.quotas:quotas",
     "bench": "weirmq.cli.bench:bench",
@@ -35,11 +36,11 @@ CLIENT_COMMANDS = {
 
 EXIT_CODES_EPILOG = (
     "\b\nExit codes of the client commands (topics, groups, exchanges, quotas, produce,\n"
-    "consume):\n"
+    "consume, status):\n"
     "  0  success\n"
     "  1  the broker answered with an error (e.g. the topic exists or does not exist,\n"
     "     an invalid config, a group that does not exist or still has members,\n"
-    "     records not delivered)\n"
+    "     records not delivered, an unhealthy broker for status)\n"
     "  2  usage error\n"
     "  3  no broker reachable at --bootstrap"
 )

@@ -147,6 +147,21 @@ def progress(
         yield lambda amount: bar.advance(task, amount)
 
 
+@contextmanager
+def activity(description: str, *, enabled: bool) -> Iterator[None]:
+    """A transient spinner with the time elapsed, on stderr, while one long call runs
+    (e.g. a request the server answers only when done). Disabled, it shows nothing."""
+    if not enabled:
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()]
+    with Progress(*columns, console=console(stderr=True), transient=True) as bar:
+        bar.add_task(description, total=None)
+        yield
+
+
 def _ignore(amount: float) -> None:
     del amount
 

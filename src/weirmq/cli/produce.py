@@ -1,18 +1,25 @@
-"""``weirmq produce TOPIC``: one record per line of stdin, like ``kcat -P``.
+"""``weirmq produce TOPIC``: one record per line of stdin (or ``--file``), like ``kcat -P``.
 
 Theory of operation:
 
-- stdin is read as bytes, line by line: the trailing newline is dropped and the rest is the
-  value, byte for byte (``--key-separator`` splits off a key at its first occurrence).
-  Every record carries the same ``--header`` pairs.
-- The producer is idempotent with ``acks=all``: a record counts as delivered once the broker
-  has fsynced it, and librdkafka's retries cannot write it twice.
+- The input is read as bytes, line by line: the trailing newline is dropped and the rest is
+  the value, byte for byte (``--key-separator`` splits off a key at its first occurrence).
+  Every record carries the same ``--header`` pairs and, with ``--timestamp``, the same
+  timestamp (else librdkafka stamps each with the time it is produced).
+- By default the producer is idempotent with ``acks=all``: a record counts as delivered
+  once the broker has fsynced it, and librdkafka's retries cannot write it twice.
+  ``--acks 1`` or ``0`` trade that for latency; idempotence needs ``acks=all``, so it is
+  off then. ``--compression`` is librdkafka's ``compression.type``: batches are compressed
+  by the client and stored so by the broker.
 - Memory is bounded by librdkafka's queue: when it is full, ``produce`` raises BufferError
   and we serve delivery reports until there is room, so a huge stdin only slows us down.
 - Delivery reports are tallied per partition (count and offsets) and per error. At the end
   we flush, print the tally (stderr; ``--json`` puts it on stdout too) and exit with 1 if
   any record was not delivered, or 130 if Ctrl-C stopped the reading: what had been read
-  is still flushed.
+  is still flushed. With ``acks=0`` the broker answers nothing, so offsets are unknown
+  (-1) and "delivered" means "sent".
+- A progress bar (stderr, terminals only) follows the bytes read when the input is a file
+  of at least LARGE_INPUT_BYTES, and counts bytes with a spinner when it is a pipe.
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ import os
 import stat
 import sys
 from collections import Counter
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -41,6 +48,7 @@ from weirmq.cli.clients import (
     topic_metadata,
 )
 from weirmq.cli.formats import parse_assignments, split_line
+from weirmq.cli.offsets import parse_time_ms
 from weirmq.cli.output import note, print_json, progress, progress_wanted
 
 if TYPE_CHECKING:
@@ -50,6 +58,10 @@ EXIT_INTERRUPTED = 130  # the shell's code for "stopped by SIGINT"
 # How long serving delivery reports waits when librdkafka's queue is full.
 QUEUE_FULL_POLL_S = 0.1
 DEFAULT_DELIVERY_TIMEOUT_S = 30.0
+# A file this large gets a progress bar (on a terminal); a smaller one is read in a blink.
+LARGE_INPUT_BYTES = 1 << 20
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+ACKS = ("all", "1", "0")
 
 
 @dataclass
@@ -69,6 +81,7 @@ class Tally:
     """What happened to the records: delivered per partition, failed per error."""
 
     sent: int = 0
+    bytes_sent: int = 0  # keys and values, before compression
     partitions: dict[int, PartitionTally] = field(default_factory=dict)
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)
     fatal: KafkaError | None = None
@@ -97,12 +110,15 @@ class Tally:
         if error.fatal():
             self.fatal = error
 
-    def to_json(self, topic: str) -> dict[str, Any]:
+    def to_json(self, topic: str, settings: ProduceSettings) -> dict[str, Any]:
         return {
             "topic": topic,
             "records": self.sent,
+            "bytes": self.bytes_sent,
             "delivered": self.delivered,
             "failed": self.failed,
+            "acks": settings.acks,
+            "compression": settings.compression,
             "partitions": [
                 {"partition": number, **vars(tally)}
                 for number, tally in sorted(self.partitions.items())
@@ -112,6 +128,72 @@ class Tally:
                 for (name, message), count in self.errors.most_common()
             ],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceSettings:
+    """How the records are sent (the options that become producer settings)."""
+
+    acks: str = "all"
+    compression: str = "none"
+    timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_S
+
+    def producer_config(self) -> dict[str, Any]:
+        """librdkafka settings: idempotent only with acks=all (librdkafka refuses less)."""
+        return {
+            "acks": self.acks,
+            "enable.idempotence": self.acks == "all",
+            "compression.type": self.compression,
+            "message.timeout.ms": int(self.timeout_s * 1000),
+        }
+
+
+def summary(topic: str, tally: Tally, settings: ProduceSettings) -> str:
+    """The closing line: ``produced 3 records (15 B) to orders (partition 0: offsets 0-2)``."""
+    count = _records(tally.delivered)
+    where = _where(tally, settings)
+    size = human_bytes(tally.bytes_sent)
+    return f"produced {count} ({size}) to {topic}{where}"
+
+
+def _where(tally: Tally, settings: ProduceSettings) -> str:
+    if not tally.partitions:
+        return ""
+    if settings.acks == "0":
+        return f" ({_partitions(len(tally.partitions))}; acks=0: offsets unknown)"
+    if len(tally.partitions) > SUMMARY_PARTITIONS_MAX:
+        return f" ({_partitions(len(tally.partitions))})"
+    spans = ", ".join(
+        f"{number}: offsets {t.first_offset}-{t.last_offset}"
+        if t.records > 1
+        else f"{number}: offset {t.first_offset}"
+        for number, t in sorted(tally.partitions.items())
+    )
+    return f" (partition {spans})"
+
+
+SUMMARY_PARTITIONS_MAX = 4  # more than this: the summary gives their number only
+
+
+def _partitions(count: int) -> str:
+    return f"{count} partition" if count == 1 else f"{count} partitions"
+
+
+def human_bytes(count: int) -> str:
+    """``15 B``, ``1.5 kB``, ``48.2 MB`` (powers of 1000, as rich's progress shows)."""
+    size = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def _timestamp_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    try:
+        return None if value is None else parse_time_ms(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _headers_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
@@ -154,6 +236,37 @@ def _separator_callback(ctx: click.Context, param: click.Parameter, value: str |
     help="Send every record to this partition [default: by key, else spread].",
 )
 @click.option(
+    "--file",
+    "-F",
+    "input_path",
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    metavar="PATH",
+    default=None,
+    help="Read the lines from this file instead of stdin ('-' is stdin).",
+)
+@click.option(
+    "--timestamp",
+    "timestamp_ms",
+    metavar="TIME",
+    callback=_timestamp_callback,
+    help="Timestamp of every record: ms since the epoch or ISO 8601 [default: now].",
+)
+@click.option(
+    "--acks",
+    type=click.Choice(ACKS),
+    default="all",
+    show_default=True,
+    help="Acknowledgement the broker gives: all (idempotent, fsynced), 1, or 0 (none).",
+)
+@click.option(
+    "--compression",
+    "-z",
+    type=click.Choice(COMPRESSIONS),
+    default="none",
+    show_default=True,
+    help="Compression of the record batches.",
+)
+@click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0.1),
@@ -169,50 +282,65 @@ def produce(
     key_separator: bytes | None,
     headers: list[tuple[str, bytes]],
     partition: int | None,
+    input_path: str | None,
+    timestamp_ms: int | None,
+    acks: str,
+    compression: str,
     timeout_s: float,
     bootstrap: Bootstrap,
     as_json: bool,
 ) -> None:
-    """Send each line of stdin to TOPIC as one record.
+    """Send each line of stdin (or --file) to TOPIC as one record.
 
     The trailing newline of each line is dropped; the rest is the value. The topic is
     created if it does not exist and the broker auto-creates topics.
     """
-    producer, tally = _producer(bootstrap, timeout_s)
+    settings = ProduceSettings(acks=acks, compression=compression, timeout_s=timeout_s)
+    producer, tally = _producer(bootstrap, settings)
     _check_topic(producer, topic, partition, bootstrap)
-    stdin = sys.stdin.buffer
     extra: dict[str, Any] = {"headers": headers} if headers else {}
     if partition is not None:
         extra["partition"] = partition
+    if timestamp_ms is not None:
+        extra["timestamp"] = timestamp_ms
     interrupted = False
-    with _progress(stdin) as advance:
+    with _input(input_path) as source, _progress(source) as advance:
         try:
-            for line in stdin:
+            for line in source:
                 key, value = split_line(line, key_separator)
                 _send(producer, tally, topic, key, value, extra)
                 advance(len(line))
         except KeyboardInterrupt:
             interrupted = True
     _flush(producer, tally, timeout_s)
-    _report(topic, tally, as_json)
+    _report(topic, tally, settings, as_json)
     if interrupted:
         sys.exit(EXIT_INTERRUPTED)
     if tally.failed or tally.sent != tally.delivered:
         sys.exit(EXIT_BROKER_ERROR)
 
 
-def _producer(bootstrap: Bootstrap, timeout_s: float) -> tuple[Producer, Tally]:
+def _producer(bootstrap: Bootstrap, settings: ProduceSettings) -> tuple[Producer, Tally]:
     from confluent_kafka import Producer
 
     check_reachable(bootstrap)
     tally = Tally()
-    settings = {
-        "acks": "all",
-        "enable.idempotence": True,
-        "message.timeout.ms": int(timeout_s * 1000),
-        "error_cb": tally.on_client_error,
-    }
-    return Producer(client_config(bootstrap, settings)), tally
+    config = {**settings.producer_config(), "error_cb": tally.on_client_error}
+    return Producer(client_config(bootstrap, config)), tally
+
+
+@contextmanager
+def _input(path: str | None) -> Iterator[IO[bytes]]:
+    """The lines to send: stdin, or the --file (closed at the end)."""
+    if path is None or path == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        source = open(path, "rb")  # noqa: SIM115 (closed below, after the reading)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path!r}: {exc.strerror}") from None
+    with source:
+        yield source
 
 
 def _check_topic(
@@ -227,16 +355,18 @@ def _check_topic(
         check_partitions(topic, [partition], existing)
 
 
-def _progress(stdin: IO[bytes]) -> AbstractContextManager[Callable[[float], None]]:
-    """Bytes of stdin read, when stdin is a file of known size; else a record counter.
-    Not when stdin is the terminal: someone typing lines needs no bar."""
-    enabled = progress_wanted() and not stdin.isatty()
+def _progress(source: IO[bytes]) -> AbstractContextManager[Callable[[float], None]]:
+    """Bytes read against the size, when the input is a large file; bytes read with a
+    spinner when it is a pipe. Not when the input is the terminal (someone typing lines
+    needs no bar), nor for a small file (read before a bar could be seen)."""
+    enabled = progress_wanted() and not source.isatty()
     try:
-        info = os.fstat(stdin.fileno())
+        info = os.fstat(source.fileno())
     except (OSError, ValueError):  # not a real file descriptor (e.g. under a test runner)
         return progress("producing", enabled=False)
     if stat.S_ISREG(info.st_mode):
-        return progress("producing", enabled=enabled, total=info.st_size, unit="bytes")
+        large = info.st_size >= LARGE_INPUT_BYTES
+        return progress("producing", enabled=enabled and large, total=info.st_size, unit="bytes")
     return progress("producing", enabled=enabled, unit="bytes")
 
 
@@ -253,6 +383,7 @@ def _send(
     if tally.fatal is not None:
         raise CommandError(f"the producer stopped: {tally.fatal.str()}", tally.fatal.name())
     tally.sent += 1
+    tally.bytes_sent += len(value) + (len(key) if key is not None else 0)
     while True:
         try:
             producer.produce(topic, value, key, on_delivery=tally.on_delivery, **extra)
@@ -273,11 +404,11 @@ def _flush(producer: Producer, tally: Tally, timeout_s: float) -> None:
         note(f"{left} records were still waiting for an answer from the broker")
 
 
-def _report(topic: str, tally: Tally, as_json: bool) -> None:
+def _report(topic: str, tally: Tally, settings: ProduceSettings, as_json: bool) -> None:
     if as_json:
-        print_json(tally.to_json(topic))
+        print_json(tally.to_json(topic, settings))
     if not tally.failed:
-        note(f"produced {_records(tally.delivered)} to {topic}")
+        note(summary(topic, tally, settings))
         return
     note(f"records not delivered to {topic}: {tally.failed} of {tally.sent}")
     for (name, message), count in tally.errors.most_common():

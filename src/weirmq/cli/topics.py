@@ -23,6 +23,7 @@ from weirmq.cli.clients import (
     CommandError,
     admin_client,
     bootstrap_option,
+    check_partitions,
     client_command_settings,
     json_option,
     kafka_errors,
@@ -30,6 +31,7 @@ from weirmq.cli.clients import (
     wait_for,
 )
 from weirmq.cli.formats import parse_assignments
+from weirmq.cli.offsets import parse_time_ms, parse_trim_offset
 from weirmq.cli.output import (
     Column,
     note,
@@ -75,7 +77,7 @@ config_option = click.option(
 
 @click.group()
 def topics() -> None:
-    """List, create, describe, alter and delete topics."""
+    """List, create, describe, alter, trim and delete topics."""
 
 
 # -- list --------------------------------------------------------------------------------------
@@ -374,6 +376,144 @@ def _changes(configs: dict[str, str], deleted: tuple[str, ...], partitions: int 
     if partitions:
         changes.append(f"{plural(partitions, 'partition')}")
     return ", ".join(changes)
+
+
+# -- trim --------------------------------------------------------------------------------------
+
+
+def _before_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    try:
+        return None if value is None else parse_trim_offset(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _time_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    try:
+        return None if value is None else parse_time_ms(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+@topics.command("trim", **client_command_settings())
+@click.argument("name")
+@click.option(
+    "--before",
+    "before_offset",
+    metavar="OFFSET|end",
+    callback=_before_callback,
+    help="Delete the records below OFFSET in each chosen partition (end: all).",
+)
+@click.option(
+    "--before-timestamp",
+    "before_ms",
+    metavar="TIME",
+    callback=_time_callback,
+    help="Delete the records older than TIME (ms since the epoch, or ISO 8601, UTC unless given).",
+)
+@click.option(
+    "--partition",
+    "-p",
+    "partitions",
+    type=click.IntRange(min=0),
+    metavar="N",
+    multiple=True,
+    help="Trim only this partition (repeatable) [default: all].",
+)
+@bootstrap_option
+@json_option
+def trim_command(
+    name: str,
+    before_offset: int | None,
+    before_ms: int | None,
+    partitions: tuple[int, ...],
+    bootstrap: Bootstrap,
+    as_json: bool,
+) -> None:
+    """Delete the oldest records of topic NAME, up to an offset or a time.
+
+    Kafka's DeleteRecords (kafka-delete-records.sh): each partition's start (its low
+    watermark) moves up; the records below it are gone for every reader. Runs at once,
+    without asking.
+    """
+    if (before_offset is None) == (before_ms is None):
+        raise click.UsageError("give --before OFFSET or --before-timestamp TIME")
+    admin = admin_client(bootstrap)
+    existing = topic_metadata(admin, name, bootstrap).partitions
+    check_partitions(name, partitions, existing)
+    chosen = sorted(set(partitions)) if partitions else sorted(existing)
+    previous, _ = _offsets(admin, name, chosen, bootstrap)
+    if before_ms is not None:
+        targets = _offsets_at(admin, name, chosen, before_ms, bootstrap)
+    else:
+        assert before_offset is not None
+        targets = dict.fromkeys(chosen, before_offset)
+    low = _delete_records(admin, name, targets, bootstrap)
+    rows = [
+        {"partition": n, "previous_low_watermark": previous[n], "low_watermark": low[n]}
+        for n in chosen
+    ]
+    if as_json:
+        print_json({"name": name, "partitions": rows})
+        return
+    print_table(
+        [
+            Column("PARTITION", "right"),
+            Column("OLD-LOW-WATERMARK", "right"),
+            Column("NEW-LOW-WATERMARK", "right"),
+        ],
+        [
+            (str(r["partition"]), str(r["previous_low_watermark"]), str(r["low_watermark"]))
+            for r in rows
+        ],
+    )
+    deleted = sum(max(0, low[n] - previous[n]) for n in chosen)
+    note(f"trimmed topic {name}: {plural(deleted, 'offset')} deleted")
+
+
+def _offsets_at(
+    admin: AdminClient, topic: str, numbers: list[int], timestamp_ms: int, bootstrap: Bootstrap
+) -> dict[int, int]:
+    """The first offset at or after the time in each partition; DeleteRecords' -1 (the
+    end: every record is older) where none is that late."""
+    from confluent_kafka import TopicPartition
+
+    from weirmq.cli.kafka_admin import at_time
+
+    wanted = {TopicPartition(topic, number): at_time(timestamp_ms) for number in numbers}
+    futures = admin.list_offsets(wanted, request_timeout=REQUEST_TIMEOUT_S)
+    doing = f"cannot list the offsets of topic {topic!r}"
+    found = {}
+    for tp, future in futures.items():
+        offset = wait_for(future, doing, bootstrap, topic).offset
+        found[tp.partition] = offset if offset >= 0 else -1
+    return found
+
+
+def _delete_records(
+    admin: AdminClient, topic: str, targets: dict[int, int], bootstrap: Bootstrap
+) -> dict[int, int]:
+    """DeleteRecords; the new low watermark of each partition."""
+    from confluent_kafka import TopicPartition
+
+    request = [TopicPartition(topic, number, offset) for number, offset in targets.items()]
+    futures = admin.delete_records(request, request_timeout=REQUEST_TIMEOUT_S)
+    low = {}
+    for tp, future in futures.items():
+        doing = f"cannot trim partition {tp.partition} of topic {topic!r} before offset {tp.offset}"
+        if tp.offset < 0:
+            doing = f"cannot trim partition {tp.partition} of topic {topic!r}"
+        try:
+            low[tp.partition] = wait_for(future, doing, bootstrap, topic).low_watermark
+        except CommandError as exc:
+            if exc.error_name == "OFFSET_OUT_OF_RANGE":
+                raise CommandError(
+                    f"{doing}: the partition ends before that offset (--before end trims "
+                    "everything)",
+                    exc.error_name,
+                ) from None
+            raise
+    return low
 
 
 # -- delete ------------------------------------------------------------------------------------
