@@ -17,6 +17,9 @@ import click
 from weirmq.bench.workloads import WORKLOADS
 
 USAGE_EXIT_CODE = 2
+# The clients a workload drives besides confluent-kafka (a dependency of weirmq itself):
+# they come with the `bench` extra, which `make run`'s light install leaves out.
+WORKLOAD_MODULES = {"amqp": ("pika",), "sqs": ("boto3", "moto")}
 
 
 @click.command()
@@ -53,6 +56,15 @@ def bench(quick: bool, json_path: Path | None, plot_path: Path | None, bootstrap
 
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise click.UsageError("--plot needs matplotlib: pip install 'weirmq[bench]'")
+    chosen = workloads or tuple(WORKLOADS)
+    missing = sorted(
+        {(name, module) for name in chosen for module in WORKLOAD_MODULES.get(name, ())
+         if importlib.util.find_spec(module) is None}
+    )
+    if missing and from_file is None:
+        needs = ", ".join(f"{name} needs {module}" for name, module in missing)
+        raise click.UsageError(f"{needs}: pip install 'weirmq[bench]', or leave those "
+                               "workloads out with --workload")
     if broker_pid is not None and bootstrap is None:
         raise click.UsageError("--broker-pid goes with --bootstrap (our own broker is watched "
                                "anyway)")
@@ -60,7 +72,7 @@ def bench(quick: bool, json_path: Path | None, plot_path: Path | None, bootstrap
         document = json.loads(from_file.read_text())
         runner.write(document, None, plot_path)
         return
-    document = runner.run(quick=quick, workloads=workloads or tuple(WORKLOADS),
+    document = runner.run(quick=quick, workloads=chosen,
                           bootstrap=bootstrap, broker_pid=broker_pid, work_parent=work_dir)
     runner.write(document, json_path, plot_path)
     if runner.failed(document):
