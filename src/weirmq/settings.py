@@ -407,6 +407,42 @@ SQS_REGION = _token_kind(
 )
 SQS_ACCOUNT_ID = _token_kind(re.compile(r"[0-9]{12}"), "an AWS account id of 12 decimal digits")
 
+ADMIN_TOKEN_CHARS_MIN = 16
+"""A shorter token could be guessed; the one the broker makes has 43 characters."""
+ADMIN_TOKEN_CHARS_MAX = 256
+"""It travels in every changing request's Authorization header."""
+# RFC 6750's b64token: what an Authorization: Bearer header carries as it is.
+_ADMIN_TOKEN_TEXT = re.compile(
+    rf"[A-Za-z0-9\-._~+/]{{{ADMIN_TOKEN_CHARS_MIN},{ADMIN_TOKEN_CHARS_MAX}}}=*"
+)
+
+
+def _admin_token_from_text(text: str) -> str | None:
+    """Never quoted in an error: it is a secret (its length is said instead)."""
+    if text == "":
+        return None
+    if _ADMIN_TOKEN_TEXT.fullmatch(text) is None:
+        raise _InvalidValue(
+            f"expected {ADMIN_TOKEN_CHARS_MIN} to {ADMIN_TOKEN_CHARS_MAX} characters of "
+            f"[A-Za-z0-9-._~+/] (a bearer token), got {len(text)} characters (not shown)"
+        )
+    return text
+
+
+def _admin_token_from_value(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _InvalidValue(f"expected a string, got a {type(value).__name__} (not shown)")
+    return _admin_token_from_text(value)
+
+
+def _admin_token_public(value: object) -> object:
+    return None if value is None else "(set)"
+
+
+ADMIN_TOKEN = ValueKind(_admin_token_from_text, _admin_token_from_value, public=_admin_token_public)
+
 
 def _flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
@@ -659,6 +695,11 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         "admin_allowed_hosts", ALLOWED_HOSTS, None,
         "names the admin API answers to besides its own address (Host header), comma-separated",
     ),
+    SettingSpec(
+        "admin_token", ADMIN_TOKEN, None,
+        "bearer token the admin API asks of changes (and of every request off loopback); "
+        "unset: made at start and kept in DATA_DIR/admin-token",
+    ),
     # The AMQP 0-9-1 listener (issue 21), kept together; RabbitMQ's defaults.
     SettingSpec(
         "amqp_listen", OPTIONAL_LISTEN_ADDRESS, None,
@@ -857,6 +898,10 @@ class Settings:
     admin_allowed_hosts: tuple[str, ...] = ()
     """HOST or HOST:PORT names (lower case) the admin API answers to besides its own
     address; a name without a port is allowed with any port."""
+    admin_token: str | None = field(default=None, repr=False)
+    """The admin API's bearer token (weirmq.admin.token); None: the broker makes one at
+    its first start and keeps it in ``<data_dir>/admin-token``. Out of repr, and shown by
+    the admin API only as "(set)": it is a secret."""
     # The AMQP 0-9-1 listener (issue 21), kept together. The defaults are RabbitMQ's, so a
     # client tuned for RabbitMQ behaves the same here (weirmq.protocols.amqp.config).
     amqp_listen: str | None = "127.0.0.1:5672"

@@ -16,12 +16,24 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from weirmq.admin.requests import TOKEN
 from weirmq.broker.core import Broker
 from weirmq.broker.partition import Durability
 from weirmq.records.batch import Record, encode_batch
 from weirmq.settings import Settings
 from weirmq.testing import ManualClock
 from weirmq.testing.records import make_batch
+
+
+def bearer(app: Any) -> dict[str, str]:
+    """The Authorization header with the token of an admin application (`create_app`)."""
+    return {"Authorization": f"Bearer {app[TOKEN].value}"}
+
+
+def bearer_of(running: Any) -> dict[str, str]:
+    """The Authorization header with the token of a `weirmq.testing.Broker(admin=True)`."""
+    return {"Authorization": f"Bearer {running.admin_token}"}
+
 
 SEGMENT_BYTES = 1024
 """The smallest segment size settings allow, so a few batches make several segments."""

@@ -55,7 +55,12 @@ def test_the_port_opens_at_once_and_the_first_connection_loads_the_api(
         line = await service.start(broker)
         host, port = service.address
         assert host == "127.0.0.1" and port > 0
-        assert line == f"weirmq: admin API and metrics on http://127.0.0.1:{port}"
+        token_file = tmp_path / "data" / "admin-token"
+        assert line == (
+            f"weirmq: admin API, metrics and console on http://127.0.0.1:{port} "
+            f"(token for changes in {token_file})"
+        )
+        assert token_file.stat().st_mode & 0o777 == 0o600  # made before the line is read
         await asyncio.sleep(0.05)
         assert service.service is None  # nobody asked yet: nothing loaded
         async with aiohttp.ClientSession() as session:

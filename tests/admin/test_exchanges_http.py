@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from admin_support import publish
+from admin_support import bearer_of, publish
 from prometheus_client.parser import text_string_to_metric_families
 
 from weirmq.admin import errors, openapi
@@ -74,7 +74,7 @@ def call(
         method,
         broker.admin_url + path,
         data=data,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **bearer_of(broker)},
         timeout=HTTP_TIMEOUT_S,
     )
     assert response.status_code == status, response.text
@@ -435,7 +435,11 @@ def test_deleting_a_destination_topic_removes_its_bindings(running: Broker) -> N
     declare(running, name="events", type="fanout")
     bind(running, "events", destination="orders")
     bind(running, "events", destination="audit")
-    requests.delete(running.admin_url + "/api/v1/topics/orders", timeout=HTTP_TIMEOUT_S)
+    requests.delete(
+        running.admin_url + "/api/v1/topics/orders",
+        headers=bearer_of(running),
+        timeout=HTTP_TIMEOUT_S,
+    )
     assert call(running, "GET", BINDINGS, 200, name="events")["bindings"] == [
         binding("events", "audit")
     ]

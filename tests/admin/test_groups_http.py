@@ -16,6 +16,7 @@ import pytest
 import requests
 import schemathesis
 from admin_support import (
+    bearer_of,
     commit,
     commit_outside_a_group,
     group_member,
@@ -46,7 +47,9 @@ def running() -> Iterator[Broker]:
 
 def call(broker: Broker, method: str, path: str, template: str, status: int) -> Any:
     """`method path` (documented as `template`), checked against the spec; its JSON body."""
-    response = requests.request(method, broker.admin_url + path, timeout=HTTP_TIMEOUT_S)
+    response = requests.request(
+        method, broker.admin_url + path, headers=bearer_of(broker), timeout=HTTP_TIMEOUT_S
+    )
     assert response.status_code == status, response.text
     SCHEMA[template][method].validate_response(response)
     return response.json() if response.content else None

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from admin_support import make_broker
+from admin_support import bearer, make_broker
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -37,7 +37,10 @@ def run(broker: Broker, scenario: Callable[[Client, int], Awaitable[None]]) -> N
     """Serve `broker`'s admin application on 127.0.0.1 and run `scenario(client, port)`."""
 
     async def main() -> None:
-        async with TestClient(TestServer(create_app(broker), host="127.0.0.1")) as client:
+        app = create_app(broker)
+        # The token goes with every request: what is checked here is the rest.
+        server = TestServer(app, host="127.0.0.1")
+        async with TestClient(server, headers=bearer(app)) as client:
             assert client.port is not None
             await scenario(client, client.port)
 

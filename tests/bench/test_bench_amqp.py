@@ -32,7 +32,8 @@ from weirmq.bench.target import (
         ("weirmq: accepting Kafka connections on 127.0.0.1:9092", ("kafka", "127.0.0.1:9092")),
         ("weirmq: accepting AMQP connections on 127.0.0.1:5672\n", ("amqp", "127.0.0.1:5672")),
         ("weirmq: accepting AMQP connections on [::1]:41234", ("amqp", "[::1]:41234")),
-        ("weirmq: admin API and metrics on http://127.0.0.1:9644/",
+        ("weirmq: admin API, metrics and console on http://127.0.0.1:9644/ (token for changes "
+         "in data/admin-token)",
          ("admin", "http://127.0.0.1:9644")),
         ("weirmq: accepting AMQP connections on 127.0.0.1:5672 (vhost /)",
          ("amqp", "127.0.0.1:5672")),  # a remark after the address is not part of it
@@ -50,16 +51,16 @@ def test_the_prefixes_are_the_brokers() -> None:
 
     assert AMQP_ANNOUNCEMENT == run.AMQP_ANNOUNCEMENT
     assert ANNOUNCEMENT == "weirmq: accepting Kafka connections on "
-    assert ADMIN_ANNOUNCEMENT == "weirmq: admin API and metrics on "
+    assert ADMIN_ANNOUNCEMENT == "weirmq: admin API, metrics and console on "
 
 
 def test_lines_are_found_in_pieces_and_the_first_of_a_kind_wins() -> None:
     reader = AnnouncementReader()
     assert reader.feed(b"weirmq: accepting Kafka conn") == []
-    assert reader.feed(b"ections on 127.0.0.1:1\nweirmq: admin API and metrics on "
+    assert reader.feed(b"ections on 127.0.0.1:1\nweirmq: admin API, metrics and console on "
                        b"http://127.0.0.1:2\nweirmq: accepting AMQP") == [
         "weirmq: accepting Kafka connections on 127.0.0.1:1",
-        "weirmq: admin API and metrics on http://127.0.0.1:2"]
+        "weirmq: admin API, metrics and console on http://127.0.0.1:2"]
     assert "amqp" not in reader.found  # a line without its newline is not complete yet
     reader.feed(b" connections on 127.0.0.1:3\nweirmq: accepting AMQP connections on x:4\n")
     assert reader.found == {"kafka": "127.0.0.1:1", "admin": "http://127.0.0.1:2",

@@ -184,7 +184,7 @@ def test_advertised_address_is_what_metadata_returns(tmp_path: Path) -> None:
         assert stop(process)[0] == 0
 
 
-ADMIN_ANNOUNCEMENT = "weirmq: admin API and metrics on "
+ADMIN_ANNOUNCEMENT = "weirmq: admin API, metrics and console on "
 
 
 def test_the_admin_api_is_announced_after_the_kafka_listener(tmp_path: Path) -> None:
@@ -197,7 +197,7 @@ def test_the_admin_api_is_announced_after_the_kafka_listener(tmp_path: Path) -> 
         assert process.stdout is not None
         line = process.stdout.readline()
         assert line.startswith(ADMIN_ANNOUNCEMENT), (line, process.stderr_text())
-        url = line.removeprefix(ADMIN_ANNOUNCEMENT).strip()
+        url = line.removeprefix(ADMIN_ANNOUNCEMENT).split()[0]  # then where the token is
         with urllib.request.urlopen(url + "/api/v1/health", timeout=10) as response:
             assert json.loads(response.read())["status"] == "ok"
     finally:

@@ -280,7 +280,7 @@ def test_serve_announces_the_sqs_api_after_the_admin_api_and_before_amqp(
         lines = [process.stdout.readline().strip() for _ in range(4)]
         kafka, admin, sqs_line, amqp = lines
         assert kafka.startswith("weirmq: accepting Kafka connections on 127.0.0.1:"), lines
-        assert admin.startswith("weirmq: admin API and metrics on http://127.0.0.1:"), lines
+        assert admin.startswith("weirmq: admin API, metrics and console on http://127.0.0.1:")
         assert re.fullmatch(r"weirmq: accepting SQS requests on http://127\.0\.0\.1:\d+", sqs_line)
         assert amqp.startswith("weirmq: accepting AMQP connections on 127.0.0.1:"), lines
         port = int(sqs_line.rpartition(":")[2])

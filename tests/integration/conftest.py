@@ -44,7 +44,11 @@ ENV_PREFIX = "WEIRMQ_"
 STARTUP_LINE = re.compile(
     rb"^weirmq: accepting Kafka connections on (?P<host>[^\s]+):(?P<port>\d+)$", re.M
 )
-ADMIN_LINE = re.compile(rb"^weirmq: admin API and metrics on (?P<url>http://[^\s]+)$", re.M)
+ADMIN_LINE = re.compile(
+    rb"^weirmq: admin API, metrics and console on (?P<url>http://[^\s]+)"
+    rb" \(token for changes (?:in|from) (?P<token>[^\n]+)\)$",
+    re.M,
+)
 AMQP_LINE = re.compile(
     rb"^weirmq: accepting AMQP connections on (?P<host>[^\s]+):(?P<port>\d+)$", re.M
 )

@@ -166,6 +166,10 @@ def test_curl_prometheus_and_the_cli_still_work(broker_factory: BrokerFactory) -
     own = {"Content-Type": "application/json", "Origin": f"http://127.0.0.1:{port}"}
     answer = request(broker, "POST", "/api/v1/topics", b'{"name": "more"}', own)
     assert answer.status == 201, answer.body
-    assert request(broker, "DELETE", "/api/v1/topics/more", headers=own).status == 204
+    refused = request(broker, "DELETE", "/api/v1/topics/more", headers=own)
+    assert (refused.status, refused.error_code()) == (401, "UNAUTHORIZED")  # deletes: token
+    token = (broker.data_dir / "admin-token").read_text().strip()
+    with_token = {**own, "Authorization": f"Bearer {token}"}
+    assert request(broker, "DELETE", "/api/v1/topics/more", headers=with_token).status == 204
     assert "more" not in topic_names(broker)
     assert broker.stop() == 0

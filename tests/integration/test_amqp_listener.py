@@ -77,7 +77,7 @@ def test_the_amqp_line_follows_the_kafka_line_and_off_prints_none(
     assert on.stdout_path is not None
     lines = on.stdout_path.read_text().splitlines()
     assert lines[0].startswith("weirmq: accepting Kafka connections on ")
-    assert lines[1].startswith("weirmq: admin API and metrics on ")  # kept in its place
+    assert lines[1].startswith("weirmq: admin API, metrics and console on ")  # kept in its place
     assert lines[2] == "weirmq: accepting SQS requests on " + on.sqs_endpoint  # a service too
     assert lines[3] == AMQP_ANNOUNCEMENT + on.amqp  # last, after every service's line
     off = broker_factory(amqp_listen="off")

@@ -7,7 +7,12 @@
   the generic `DeferredService` that the SQS API's port uses too;
 - `weirmq.admin.views`: broker state as JSON documents (what each endpoint answers);
 - `weirmq.admin.openapi`: the OpenAPI document describing those endpoints;
-- `weirmq.admin.metrics`: the Prometheus collector reading the broker's counters.
+- `weirmq.admin.metrics`: the Prometheus collector reading the broker's counters;
+- `weirmq.admin.operations`: the console's endpoints (overview, connections, queues,
+  message browser, produce, offsets reset, trim, redrive), with `weirmq.admin.history`
+  (the traffic history's ring buffer) and `weirmq.admin.requests` (reading requests);
+- `weirmq.admin.token`: the bearer token destructive requests need (standard library
+  only, so the deferred service can name it before aiohttp loads).
 
 `weirmq.admin.http` imports aiohttp and prometheus_client (~16 MB and ~0.15 s),
 so this package imports it only when `AdminService` or `create_app` is asked of it, and

@@ -35,7 +35,8 @@ Why the mechanism lives in `admin/`: the services that use it are built by the C
 `weirmq.testing`, which may import anything, and by nothing else; `admin/` may not import
 `server/` (ARCHITECTURE.md), so this is the one place where the admin API can share it.
 
-This module imports only the standard library and `weirmq.settings`, and so must stay.
+This module imports only the standard library, `weirmq.settings` and `weirmq.admin.token`
+(the same), and so must stay.
 """
 
 from __future__ import annotations
@@ -48,12 +49,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from weirmq.settings import Settings, parse_host_port
 
+from .token import SETTING_SOURCE, AdminToken, load_or_create
+
 if TYPE_CHECKING:
     from weirmq.admin.http import AdminService
     from weirmq.broker.core import Broker
 
 log = logging.getLogger(__name__)
 
+ADMIN_ANNOUNCEMENT = "weirmq: admin API, metrics and console on "
+"""The admin line up to its URL; the URL is followed by where the token is."""
 LISTEN_BACKLOG = 128
 """aiohttp's own default for its sites."""
 
@@ -90,8 +95,9 @@ class DeferredService(Generic[ServiceT]):
     class_name: ClassVar[str]
     """The service class in that module, built as ``cls(settings)``."""
     announcement: ClassVar[str]
-    """The announcement line up to its URL, which follows it: "weirmq: admin API and
-    metrics on " (the line is then "... on http://HOST:PORT")."""
+    """The announcement line up to its URL, which follows it: "weirmq: accepting SQS
+    requests on " (the line is then "... on http://HOST:PORT", maybe with a remark after
+    the URL: see `announce`)."""
 
     def __init__(self, settings: Settings, *, load_at_start: bool = False) -> None:
         self.settings = settings
@@ -135,7 +141,11 @@ class DeferredService(Generic[ServiceT]):
         host, port = parse_host_port(listen_address)
         self._loop = loop = asyncio.get_running_loop()
         self._sockets = await listen(loop, host, port)
-        line = self.announcement + self.url
+        try:
+            line = self.announce(self.url)
+        except BaseException:
+            self._close_sockets()
+            raise
         if self.load_at_start:
             await self._load(broker)
             return line
@@ -155,6 +165,10 @@ class DeferredService(Generic[ServiceT]):
         if service is not None:
             await service.stop()
         self._close_sockets()
+
+    def announce(self, url: str) -> str:
+        """The line announcing the service at `url`: `announcement` and the URL."""
+        return self.announcement + url
 
     def _first_connection(self, broker: Broker) -> None:
         self._unwatch()
@@ -201,8 +215,20 @@ class DeferredAdminService(DeferredService["AdminService"]):
     what = "admin API"
     module_name = "weirmq.admin.http"
     class_name = "AdminService"
-    announcement = "weirmq: admin API and metrics on "
+    announcement = ADMIN_ANNOUNCEMENT
     service: AdminService | None
+
+    def announce(self, url: str) -> str:
+        """The URL, and where the token for changes is (made now if it must be, so the
+        file named exists before anyone reads the line)."""
+        return admin_announcement(url, load_or_create(self.settings))
+
+
+def admin_announcement(url: str, token: AdminToken) -> str:
+    """``weirmq: admin API, metrics and console on URL (token for changes in PATH)``: the
+    URL is the first word after the prefix, as scripts read it."""
+    where = f"in {token.source}" if token.source != SETTING_SOURCE else f"from {token.source}"
+    return f"{ADMIN_ANNOUNCEMENT}{url} (token for changes {where})"
 
 
 async def listen(

@@ -39,6 +39,14 @@ BINDING_NOT_FOUND = "BINDING_NOT_FOUND"
 HOST_NOT_ALLOWED = "HOST_NOT_ALLOWED"
 ORIGIN_NOT_ALLOWED = "ORIGIN_NOT_ALLOWED"
 UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+# The token (weirmq.admin.token): missing or wrong on a request that needs it (401).
+UNAUTHORIZED = "UNAUTHORIZED"
+# A reset of a group's offsets while it has members (409): they would overwrite it.
+GROUP_NOT_EMPTY = ErrorCode.non_empty_group.name.upper()
+# A publish the broker holds back (flow control: 429) or cannot store now (disk: 503).
+THROTTLED = "THROTTLED"
+# A trim past the log end (400), as DeleteRecords answers it.
+OFFSET_OUT_OF_RANGE = ErrorCode.offset_out_of_range.name.upper()
 # Kafka's names, for the refusals the admin API makes itself before asking the broker.
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition.name.upper()
 GROUP_ID_NOT_FOUND = ErrorCode.group_id_not_found.name.upper()
@@ -59,6 +67,18 @@ _STATUS_BY_KAFKA_CODE: dict[ErrorCode, int] = {
     ErrorCode.invalid_record: 400,
     ErrorCode.group_id_not_found: 404,
     ErrorCode.non_empty_group: 409,
+    # Writes of the message browser, the redrive and the offsets reset.
+    ErrorCode.offset_out_of_range: 400,
+    ErrorCode.message_too_large: 413,
+    ErrorCode.record_list_too_large: 413,
+    ErrorCode.corrupt_message: 400,
+    ErrorCode.unknown_member_id: 409,
+    ErrorCode.rebalance_in_progress: 409,
+    ErrorCode.illegal_generation: 409,
+    ErrorCode.kafka_storage_error: 503,
+    ErrorCode.coordinator_not_available: 503,
+    ErrorCode.coordinator_load_in_progress: 503,
+    ErrorCode.request_timed_out: 503,
 }
 
 # aiohttp's own refusals (no route, wrong method, body too large), under names that read
@@ -73,15 +93,19 @@ _CODE_BY_HTTP_STATUS: dict[int, str] = {
 class ApiError(Exception):
     """A request the admin API refuses: its HTTP status, error code and message."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         assert 400 <= status <= 599, status
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
+        """Sent with the error (``WWW-Authenticate`` on a 401, ``Retry-After``)."""
 
     def response(self, headers: dict[str, str] | None = None) -> web.Response:
-        return error_response(self.status, self.code, self.message, headers)
+        return error_response(self.status, self.code, self.message, headers or self.headers)
 
 
 def error_response(

@@ -8,8 +8,13 @@ the handlers run on the loop thread, the thread that owns all broker state, they
 change that state directly, with no locks and no copies, exactly as a Kafka request
 handler does; topic creation through this API and through CreateTopics are one code path
 (`Broker.create_topic`). The price is that a handler must be quick: each one here is
-proportional to the number of topics and partitions (or of an exchange's bindings), and
-none waits on anything but the request body and, for a change to bindings, its fsync.
+proportional to the number of topics and partitions (or of an exchange's bindings), or
+bounded by a named limit (`weirmq.admin.operations`: records browsed, moved by a redrive),
+and none waits on anything but the request body and, for a write, its fsync (an awaited
+future: the storage layer's group commit runs on its own thread).
+
+The service also runs the sampler of the traffic history (`weirmq.admin.history`) that
+the overview shows: a task on the loop, started and stopped with the service.
 
 Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json``)::
 
@@ -21,6 +26,13 @@ Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json
     GET    /api/v1/topics/{name}/configs  PATCH                    200
     GET    /api/v1/groups
     GET    /api/v1/groups/{group}         DELETE                   204
+                                          POST .../offsets         200 (token unless dry_run)
+    GET    /api/v1/overview                                status, counts, traffic history
+    GET    /api/v1/connections                             open connections per protocol
+    GET    /api/v1/queues                                  share-partitions of share groups
+    GET    /api/v1/topics/{name}/messages POST                     201 (browse, produce one)
+    POST   /api/v1/topics/{name}/trim                      200 (token; DeleteRecords)
+    POST   /api/v1/topics/{name}/redrive                   200 (token; copy, then trim)
     GET    /api/v1/exchanges              POST /api/v1/exchanges   201, 200 if declared
     GET    /api/v1/exchanges/{name}       DELETE [?if_unused=true] 204
     GET    /api/v1/exchanges/{name}/bindings  POST                 201, 200 if bound
@@ -28,6 +40,11 @@ Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json
     POST   /api/v1/exchanges/{name}/replay                         200 when re-routed
     GET    /openapi.json
     GET    /metrics                                        Prometheus text format
+
+The console's endpoints (overview, connections, queues, messages, offsets reset, trim,
+redrive) live in `weirmq.admin.operations`, which says which broker path each takes;
+`weirmq.admin.requests` reads and checks what every request sends. The console's own
+static files (``/``, ``/console/...``) are `weirmq.admin.console`'s.
 
 A group is read from the coordinator's views (`Broker.group_views`, `Broker.group_lag`)
 and deleted by `Broker.delete_group`, the code path of a Kafka DeleteGroups request.
@@ -42,10 +59,21 @@ no identity but its fields, so it is removed by POSTing those fields to ``.../de
 DELETE with a body has no defined meaning in HTTP (proxies and clients may drop it), and
 putting typed arguments in a URL would need an encoding of its own.
 
-Who may ask: the API has no authentication and is meant for loopback, where any web page
-the operator's browser opens can reach it too. One middleware (`_only_for_this_api`), run
-before every handler (aiohttp's 404 and 405 included), refuses what only a browser doing
-a hostile page's bidding would send:
+Who may ask: a token (`weirmq.admin.token`: the ``admin_token`` setting, or one the broker
+makes and keeps in ``<data_dir>/admin-token``), sent as ``Authorization: Bearer``, is
+needed (401 ``UNAUTHORIZED`` with ``WWW-Authenticate: Bearer`` otherwise):
+
+- always, for what destroys: every routed DELETE (`_authorized`), and, since only their
+  bodies say whether they are dry runs, the offsets reset (unless a dry run), the trim
+  and the redrive, which ask for it themselves (`weirmq.admin.requests.require_token`);
+- when ``admin_listen`` binds beyond loopback (`listens_on_loopback`), for every request
+  to ``/api``, ``/metrics`` and ``/openapi.json`` but ``GET /api/v1/health`` (a load
+  balancer's probe); never for the console's static files.
+
+On loopback everything else is open, to the operator's tools and to any web page the
+operator's browser opens as well. So one middleware (`_only_for_this_api`), run before
+every handler and before the token check (aiohttp's 404 and 405 included), refuses what
+only a browser doing a hostile page's bidding would send:
 
 - a ``Host`` that is not one of this API's names (421): a DNS-rebinding page reaches the
   port under the attacker's own name, and so could read and change everything. The names
@@ -87,20 +115,18 @@ from prometheus_client import CollectorRegistry
 
 from weirmq.broker import configs
 from weirmq.broker.core import Broker
-from weirmq.broker.group_service import GroupView
 from weirmq.broker.topics import Topic
 from weirmq.settings import Settings, parse_host_port
 
-from . import console, openapi, views
+from . import console, openapi, operations, views
+from .deferred import admin_announcement
 from .errors import (
     BINDING_NOT_FOUND,
     EXCHANGE_CONFLICT,
     EXCHANGE_IN_USE,
-    GROUP_ID_NOT_FOUND,
     HOST_NOT_ALLOWED,
     INTERNAL_ERROR,
     INVALID_REQUEST,
-    MALFORMED_JSON,
     ORIGIN_NOT_ALLOWED,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -110,21 +136,31 @@ from .errors import (
     from_http_exception,
     from_kafka_error,
 )
+from .history import History
 from .metrics import exposition, metrics_registry
+from .requests import BROKER, TOKEN, require_token
+from .requests import DIGITS as _DIGITS
+from .requests import PARTITION_DIGITS_MAX as _PARTITION_DIGITS_MAX
+from .requests import check_unicode as _check_unicode
+from .requests import flag as _flag
+from .requests import group_of as _group
+from .requests import json_object as _json_object
+from .requests import string as _string
+from .requests import topic_of as _topic
+from .token import AdminToken, load_or_create
 
 log = logging.getLogger(__name__)
 
 BODY_BYTES_MAX = 1 << 20
 """Largest request body read; a topic with a thousand configs fits many times over."""
 
-BROKER = web.AppKey("broker", Broker)
 REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 OPENAPI_JSON = web.AppKey("openapi_json", bytes)
 ALLOWED_HOSTS = web.AppKey("allowed_hosts", frozenset)
 """`Authority` values of ``settings.admin_allowed_hosts``."""
+TOKEN_EVERYWHERE = web.AppKey("token_everywhere", bool)
+"""Whether every request needs the token (`admin_listen` binds beyond loopback)."""
 
-_DIGITS = re.compile(r"[0-9]+")  # ASCII only: int() also takes "٣", " 3" and "+3"
-_PARTITION_DIGITS_MAX = 10  # more is beyond any partition (int32), and int() refuses 4300
 _CREATE_TOPIC_FIELDS = frozenset({"name", "partitions", "configs"})
 _ALTER_CONFIGS_FIELDS = frozenset({"set", "delete"})
 _DECLARE_EXCHANGE_FIELDS = frozenset({"name", "type", "partitions", "alternate", "unroutable"})
@@ -134,7 +170,6 @@ _UNROUTABLE_POLICIES = ("drop", "reject")
 _UNROUTABLE_DEFAULT = "drop"
 # Exactly Kafka's topic names: the broker's config check would take " x " as "x".
 _EXCHANGE_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-_FLAGS = {"true": True, "false": False}
 
 ArgumentValue = str | int | float | bool | None
 
@@ -149,6 +184,9 @@ class AdminService:
         self.settings = settings
         self._runner: web.AppRunner | None = None
         self._address: tuple[str, int] | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self.token: AdminToken | None = None
+        """The token changes need (`weirmq.admin.token`), once started."""
 
     @property
     def address(self) -> tuple[str, int]:
@@ -164,8 +202,10 @@ class AdminService:
         if self.settings.admin_listen is None:
             raise ValueError("admin_listen is off; there is nothing to start")
         host, port = parse_host_port(self.settings.admin_listen)
+        self.token = token = load_or_create(self.settings)
+        app = create_app(broker, token)
         self._runner = web.AppRunner(
-            create_app(broker),
+            app,
             access_log=None,
             # Handlers never wait, so this only bounds a client still sending its body.
             shutdown_timeout=self.settings.shutdown_timeout_ms / 1000,
@@ -178,22 +218,45 @@ class AdminService:
             await web.TCPSite(self._runner, host, port).start()
         bound = self._runner.addresses[0]
         self._address = (str(bound[0]), int(bound[1]))
+        self._sampler = asyncio.get_running_loop().create_task(
+            _sample_history(broker, app[operations.HISTORY]), name="admin-history"
+        )
         url = f"http://{views.format_address(*self._address)}"
-        return f"weirmq: admin API and metrics on {url}"
+        return admin_announcement(url, token)
 
     async def stop(self) -> None:
         """Stop serving (idempotent; also after a start that failed half way)."""
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.cancel()
+            await asyncio.wait({sampler})
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
 
 
-def create_app(broker: Broker) -> web.Application:
-    """The admin application for `broker` (tests serve it with aiohttp's test server)."""
+async def _sample_history(broker: Broker, history: History) -> None:
+    """The history's sampler: the broker's counters every `history.interval_ms`."""
+    while True:
+        await asyncio.sleep(history.interval_ms / 1000)
+        try:
+            operations.sample_history(broker, history)
+        except Exception:  # a bug here must not end the sampling, nor the broker
+            log.exception("admin API: sampling the traffic history failed")
+
+
+def create_app(broker: Broker, token: AdminToken | None = None) -> web.Application:
+    """The admin application for `broker` (tests serve it with aiohttp's test server);
+    `token` defaults to the one of the broker's settings (`weirmq.admin.token`)."""
     app = web.Application(
-        client_max_size=BODY_BYTES_MAX, middlewares=[_errors_as_json, _only_for_this_api]
+        client_max_size=BODY_BYTES_MAX,
+        middlewares=[_errors_as_json, _only_for_this_api, _authorized],
     )
     app[BROKER] = broker
+    app[TOKEN] = token if token is not None else load_or_create(broker.settings)
+    app[TOKEN_EVERYWHERE] = not listens_on_loopback(broker.settings.admin_listen)
+    app[operations.HISTORY] = history = History()
+    operations.sample_history(broker, history)  # the base of the first rates
     app[ALLOWED_HOSTS] = allowed_hosts(broker.settings.admin_allowed_hosts)
     app[REGISTRY] = metrics_registry(broker)
     app[OPENAPI_JSON] = json.dumps(openapi.document()).encode()
@@ -220,6 +283,14 @@ def create_app(broker: Broker) -> web.Application:
             web.post("/api/v1/exchanges/{name}/bindings", bind),
             web.post("/api/v1/exchanges/{name}/bindings/delete", unbind),
             web.post("/api/v1/exchanges/{name}/replay", replay),
+            web.get("/api/v1/overview", operations.get_overview),
+            web.get("/api/v1/connections", operations.get_connections),
+            web.get("/api/v1/queues", operations.list_queues),
+            web.get("/api/v1/topics/{name}/messages", operations.browse_messages),
+            web.post("/api/v1/topics/{name}/messages", operations.produce_message),
+            web.post("/api/v1/topics/{name}/trim", operations.trim),
+            web.post("/api/v1/topics/{name}/redrive", operations.redrive),
+            web.post("/api/v1/groups/{group}/offsets", operations.reset_offsets),
             web.get("/openapi.json", get_openapi),
             web.get("/metrics", get_metrics),
             *console.routes(),
@@ -350,6 +421,43 @@ async def _only_for_this_api(request: web.Request, handler: Handler) -> web.Stre
             _check_origin(origin, host, "a change")
         _check_json_body(request)
     return await handler(request)
+
+
+_PUBLIC_API_PATHS = frozenset({"/api/v1/health"})
+"""What anyone may ask even where every request needs the token: a load balancer's
+health check carries none."""
+
+
+@web.middleware
+async def _authorized(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The token (`weirmq.admin.token`): on every DELETE, and off loopback on every request
+    for the API, /metrics and /openapi.json but the health check. The console's static
+    files need none (they hold nothing of the broker's); a handler whose body decides
+    (an offsets reset unless a dry run, a trim, a redrive) asks for it itself."""
+    routed = request.match_info.http_exception is None  # else a 404 or 405, changing nothing
+    if routed and request.method == "DELETE":
+        require_token(request, f"DELETE {request.path}")
+    elif request.app[TOKEN_EVERYWHERE] and _needs_token_off_loopback(request.path):
+        require_token(request, "a request to an admin API listening beyond loopback")
+    return await handler(request)
+
+
+def _needs_token_off_loopback(path: str) -> bool:
+    if path in _PUBLIC_API_PATHS:
+        return False
+    return path in ("/api", "/metrics", "/openapi.json") or path.startswith("/api/")
+
+
+def listens_on_loopback(listen: str | None) -> bool:
+    """Whether ``admin_listen`` binds loopback only: ``localhost`` or a loopback address.
+    Any other name may resolve to anything, so it counts as beyond loopback."""
+    if listen is None:
+        return True
+    host, _port = parse_host_port(listen)
+    if host.lower() == "localhost":
+        return True
+    ip = _ip(host)
+    return ip is not None and ip.is_loopback
 
 
 def _checked_host(request: web.Request) -> Authority | None:
@@ -662,22 +770,6 @@ async def get_metrics(request: web.Request) -> web.Response:
 # --- reading requests -----------------------------------------------------------------------
 
 
-def _topic(request: web.Request) -> Topic:
-    name = request.match_info["name"]
-    topic = request.app[BROKER].topics.get(name)
-    if topic is None:
-        raise ApiError(404, UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-    return topic
-
-
-def _group(request: web.Request) -> GroupView:
-    group_id = request.match_info["group"]
-    view = request.app[BROKER].group_view(group_id)
-    if view is None:
-        raise ApiError(404, GROUP_ID_NOT_FOUND, f"unknown group {group_id!r}")
-    return view
-
-
 def _exchange(request: web.Request) -> str:
     """The exchange named in the path; 404 for a plain topic too (the exchange endpoints
     never touch one)."""
@@ -687,15 +779,6 @@ def _exchange(request: web.Request) -> str:
         what = "a topic, not an exchange" if broker.topics.get(name) else "no exchange"
         raise ApiError(404, UNKNOWN_TOPIC_OR_PARTITION, f"{name!r} is {what}")
     return name
-
-
-def _flag(request: web.Request, name: str) -> bool:
-    """A boolean query parameter, false when absent; only ``true`` and ``false`` (what
-    OpenAPI clients send), so a typo is refused rather than read as false."""
-    text = request.query.get(name, "false")
-    if text not in _FLAGS:
-        raise ApiError(400, INVALID_REQUEST, f"{name!r} must be true or false, not {text!r}")
-    return _FLAGS[text]
 
 
 @dataclass(frozen=True, slots=True)
@@ -806,49 +889,6 @@ def _binding_fields(body: dict[str, object]) -> _BindingFields:
     for text in texts:
         _check_unicode(text)
     return _BindingFields(destination, key, arguments, expression)
-
-
-def _check_unicode(text: str) -> None:
-    """JSON can carry a lone surrogate ("\\ud800"), which is no character and has no
-    UTF-8 form; the router measures keys and names in UTF-8 bytes."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        raise ApiError(
-            400, INVALID_REQUEST, "a string holds a lone surrogate (\\ud800 to \\udfff), not text"
-        ) from None
-
-
-async def _json_object(request: web.Request, allowed: frozenset[str]) -> dict[str, object]:
-    """The body as a JSON object with no fields outside `allowed` (a misspelt field is an
-    error, not silently ignored). Raises 413 past `BODY_BYTES_MAX` (aiohttp does)."""
-    raw = await request.read()
-    if not raw.strip():
-        raise ApiError(400, MALFORMED_JSON, "the request needs a JSON object as its body")
-    try:
-        value = json.loads(raw)
-    except RecursionError:  # "[[[[..." a megabyte deep
-        raise ApiError(400, MALFORMED_JSON, "the body is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for non-UTF text
-        raise ApiError(400, MALFORMED_JSON, f"the body is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ApiError(400, INVALID_REQUEST, "the body must be a JSON object")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise ApiError(
-            400,
-            INVALID_REQUEST,
-            f"unknown field(s) {', '.join(map(repr, unknown))}; "
-            f"expected {', '.join(map(repr, sorted(allowed)))}",
-        )
-    return value
-
-
-def _string(body: dict[str, object], key: str) -> str:
-    value = body.get(key)
-    if not isinstance(value, str):
-        raise ApiError(400, INVALID_REQUEST, f"{key!r} is required and must be a string")
-    return value
 
 
 def _partition_count(body: dict[str, object], default: int) -> int:

@@ -371,7 +371,6 @@ class BrokerCollector(Collector):
         yield oldest
         yield from counters.values()
 
-
     def _flow(self) -> Iterator[Metric]:
         flow = self.broker.flow
         yield CounterMetricFamily(

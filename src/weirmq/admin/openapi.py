@@ -24,6 +24,7 @@ from weirmq.broker.configs import EXCHANGE_TYPES
 from weirmq.broker.core import PARTITIONS_MAX
 from weirmq.settings import (
     ACCESS_KEYS,
+    ADMIN_TOKEN,
     ADVERTISED_ADDRESS,
     ALLOWED_HOSTS,
     BOOLEAN,
@@ -40,6 +41,8 @@ from weirmq.settings import (
     SettingSpec,
 )
 
+from . import operations
+from .history import HISTORY_SAMPLES_MAX
 from .views import CONFIG_SOURCES
 
 Schema = dict[str, Any]
@@ -104,7 +107,7 @@ _ERROR = _object(
                     "TOPIC_ALREADY_EXISTS) or one of the API's own (MALFORMED_JSON, "
                     "INVALID_REQUEST, NOT_FOUND, METHOD_NOT_ALLOWED, PAYLOAD_TOO_LARGE, "
                     "EXCHANGE_CONFLICT, EXCHANGE_IN_USE, BINDING_NOT_FOUND, HOST_NOT_ALLOWED, "
-                    "ORIGIN_NOT_ALLOWED, UNSUPPORTED_MEDIA_TYPE).",
+                    "ORIGIN_NOT_ALLOWED, UNSUPPORTED_MEDIA_TYPE, UNAUTHORIZED, THROTTLED).",
                 },
                 "message": {"type": "string", "description": "What was wrong, for people."},
             }
@@ -142,6 +145,8 @@ def _setting_schema(spec: SettingSpec) -> Schema:
         schema = {"type": "string"}
     elif spec.kind in (ADVERTISED_ADDRESS, OPTIONAL_LISTEN_ADDRESS):
         schema = {"type": "string", "nullable": True}
+    elif spec.kind is ADMIN_TOKEN:  # a secret: only whether it is set
+        schema = {"type": "string", "nullable": True, "enum": ["(set)", None]}
     elif spec.kind in (ALLOWED_HOSTS, NAMES, VHOSTS, USERS, ACCESS_KEYS):
         # USERS and ACCESS_KEYS: the names, never the passwords or secret keys
         schema = {"type": "array", "items": {"type": "string"}}
@@ -591,6 +596,222 @@ _REPLAY_RESULT: Schema = _object(
     "and the copies written into the binding's destination.",
 )
 
+# --- the console's endpoints (weirmq.admin.operations) --------------------------------------
+
+_COUNT: Schema = _integer()
+_CONNECTIONS = _object(
+    {"kafka": _COUNT, "amqp": _COUNT, "sqs": _COUNT, "total": _COUNT},
+    "Open connections per protocol (0 for a protocol that is off), and in all.",
+)
+_RATE: Schema = {"type": "number", "minimum": 0}
+_HISTORY_SAMPLE = _object(
+    {
+        "at_ms": {**_integer(), "description": "End of the interval (epoch milliseconds)."},
+        "bytes_in_per_s": {**_RATE, "description": "Record-batch bytes appended."},
+        "bytes_out_per_s": {**_RATE, "description": "Record-batch bytes Kafka fetches sent."},
+        "messages_in_per_s": {**_RATE, "description": "Records appended."},
+        "messages_out_per_s": {
+            **_RATE,
+            "description": "Records sent by Kafka Fetch and ShareFetch (whole batches).",
+        },
+        "connections": {**_COUNT, "description": "Open at the end of the interval."},
+    }
+)
+_OVERVIEW = _object(
+    {
+        "version": _STRING,
+        "node_id": _integer(0, INT32_MAX, "int32"),
+        "cluster_id": _STRING,
+        "uptime_ms": _integer(),
+        "status": {"type": "string", "enum": ["ok", "degraded", "stopping"]},
+        "connections": _ref("Connections"),
+        "topics": _COUNT,
+        "partitions": _COUNT,
+        "groups": _COUNT,
+        "history": _object(
+            {
+                "interval_ms": _integer(1),
+                "samples": {
+                    "type": "array",
+                    "maxItems": HISTORY_SAMPLES_MAX,
+                    "items": _ref("HistorySample"),
+                    "description": "Oldest first; the last ten minutes at most.",
+                },
+            }
+        ),
+    },
+    "The console's first page: status, counts, connections and recent traffic.",
+)
+_QUEUE = _object(
+    {
+        "group": _STRING,
+        "topic": _STRING,
+        "partition": _integer(0, INT32_MAX, "int32"),
+        "available": _COUNT,
+        "in_flight": {**_COUNT, "description": "Delivered and not yet acknowledged."},
+        "oldest_unacknowledged_age_ms": _NULLABLE_OFFSET,
+        "delivered": {**_COUNT, "description": "Deliveries since the broker started."},
+        "dead_lettered": {**_COUNT, "description": "Dead letters since the broker started."},
+        "dead_letter_topic": {
+            **_NULLABLE_STRING,
+            "description": "The group's errors.deadletterqueue.topic.name; null if none.",
+        },
+    },
+    "One share-partition of a share group.",
+)
+_PAYLOAD: Schema = {
+    **_object(
+        {
+            "base64": {"type": "string", "format": "byte"},
+            "text": {
+                **_NULLABLE_STRING,
+                "description": "The bytes as UTF-8 text; null when they are not valid UTF-8.",
+            },
+        }
+    ),
+    "nullable": True,
+}
+_MESSAGE = _object(
+    {
+        "offset": _integer(),
+        "timestamp_ms": {"type": "integer", "format": "int64"},
+        "key": _PAYLOAD,
+        "value": _PAYLOAD,
+        "headers": {
+            "type": "array",
+            "items": _object({"key": _STRING, "value": _PAYLOAD}),
+        },
+    }
+)
+_MESSAGE_PAGE = _object(
+    {
+        "topic": _STRING,
+        "partition": _integer(0, INT32_MAX, "int32"),
+        "log_start_offset": _integer(),
+        "log_end_offset": _integer(),
+        "next_offset": {
+            **_integer(),
+            "description": "Where the next page starts (offset=next_offset).",
+        },
+        "messages": {
+            "type": "array",
+            "maxItems": operations.BROWSE_LIMIT_MAX,
+            "items": _ref("Message"),
+        },
+    }
+)
+_PRODUCE_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "value": {"type": "string", "description": "Written as its UTF-8 bytes."},
+        "key": {**_NULLABLE_STRING, "description": "Also chooses the partition (murmur2)."},
+        "partition": _integer(0, INT32_MAX, "int32"),
+        "headers": {
+            **_STRING_MAP,
+            "maxProperties": operations.PRODUCE_HEADERS_MAX,
+        },
+    },
+    "required": ["value"],
+    "additionalProperties": False,
+    "example": {"value": "hello", "key": "k1"},
+}
+_PRODUCE_RESULT = _object(
+    {
+        "topic": _STRING,
+        "partition": _integer(0, INT32_MAX, "int32"),
+        "offset": {
+            **_NULLABLE_OFFSET,
+            "description": "null when the record was delayed (weirmq.delay.ms): it gets its "
+            "offset when delivered.",
+        },
+    }
+)
+_RESET_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "to": {"type": "string", "enum": ["earliest", "latest", "timestamp", "offset", "shift"]},
+        "value": {
+            "type": "integer",
+            "format": "int64",
+            "description": "timestamp: epoch ms; offset: the offset; shift: the delta. "
+            "Required for those three.",
+        },
+        "topic": _STRING,
+        "partitions": {"type": "array", "items": _integer(0, INT32_MAX, "int32")},
+        "dry_run": {"type": "boolean", "default": False},
+    },
+    "required": ["to"],
+    "additionalProperties": False,
+    "example": {"to": "earliest", "dry_run": True},
+}
+_RESET_RESULT = _object(
+    {
+        "group": _STRING,
+        "dry_run": {"type": "boolean"},
+        "partitions": {
+            "type": "array",
+            "items": _object(
+                {
+                    "topic": _STRING,
+                    "partition": _integer(0, INT32_MAX, "int32"),
+                    "current": _NULLABLE_OFFSET,
+                    "new": _integer(),
+                }
+            ),
+        },
+    }
+)
+_TRIM_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "partition": _integer(0, INT32_MAX, "int32"),
+        "before_offset": {
+            **_integer(-1),
+            "description": "Delete the records before this offset; -1: the log end.",
+        },
+    },
+    "required": ["before_offset"],
+    "additionalProperties": False,
+    "example": {"before_offset": 0},
+}
+_TRIM_RESULT = _object(
+    {
+        "topic": _STRING,
+        "partitions": {
+            "type": "array",
+            "items": _object(
+                {"partition": _integer(0, INT32_MAX, "int32"), "log_start_offset": _integer()}
+            ),
+        },
+    }
+)
+_REDRIVE_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "to": {**_TOPIC_NAME, "description": "The topic the records go back to."},
+        "dry_run": {"type": "boolean", "default": False},
+    },
+    "required": ["to"],
+    "additionalProperties": False,
+    "example": {"to": "orders", "dry_run": True},
+}
+_REDRIVE_RESULT = _object(
+    {
+        "moved": {
+            **_integer(0, operations.REDRIVE_RECORDS_MAX),
+            "description": "Records copied and deleted (a dry run: that would be).",
+        },
+        "from": _STRING,
+        "to": _STRING,
+        "remaining": {
+            **_integer(),
+            "description": "Records left in the source (offsets, an upper bound): call again.",
+        },
+        "dry_run": {"type": "boolean"},
+    }
+)
+
+
 # --- operations -----------------------------------------------------------------------------
 
 
@@ -670,17 +891,31 @@ _NOT_JSON = _error(
     "(UNSUPPORTED_MEDIA_TYPE)."
 )
 _STATE_CHANGING = ("post", "put", "patch", "delete")
+_UNAUTHORIZED = {
+    **_error(
+        "The request needs the admin token and has none, or a wrong one (UNAUTHORIZED): "
+        "every DELETE, offsets resets but dry runs, trims and redrives, and every request "
+        "but the health check when admin_listen is beyond loopback."
+    ),
+    "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+}
+_PUBLIC_PATHS = frozenset({"/api/v1/health"})
 
 
 def _guarded(paths: dict[str, Schema]) -> dict[str, Schema]:
     """`paths` with the refusals of the request guard on each operation: a wrong Host on
     every one; a foreign Origin and a body that is not JSON on those that change things."""
-    for item in paths.values():
+    for path, item in paths.items():
         for method, operation in item.items():
             if method == "parameters":
                 continue
             responses = operation["responses"]
             responses["421"] = _WRONG_HOST
+            if path not in _PUBLIC_PATHS:
+                responses["401"] = _UNAUTHORIZED
+                operation.setdefault("security", [{}, {"bearer": []}])
+            if method == "delete":
+                operation["security"] = [{"bearer": []}]
             if method in _STATE_CHANGING:
                 responses["403"] = _FOREIGN_ORIGIN
                 responses["415"] = _NOT_JSON
@@ -970,6 +1205,7 @@ def _paths() -> dict[str, Schema]:
                 },
             },
         },
+        **_console_paths(),
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenApi",
@@ -994,6 +1230,176 @@ def _paths() -> dict[str, Schema]:
                     }
                 },
             }
+        },
+    }
+
+
+_FLOW_REFUSED_429 = _error(
+    "The broker holds publishes back now (THROTTLED; flow control: a resource at its "
+    "limit); Retry-After says when to try again."
+)
+_FLOW_REFUSED_503 = _error(
+    "The broker cannot store records now (THROTTLED: the disk is full or failing, or "
+    "KAFKA_STORAGE_ERROR)."
+)
+_MESSAGES_QUERY: list[Schema] = [
+    {
+        "name": "partition",
+        "in": "query",
+        "required": False,
+        "schema": {**_integer(0, INT32_MAX, "int32"), "default": 0},
+    },
+    {
+        "name": "offset",
+        "in": "query",
+        "required": False,
+        "schema": _integer(),
+        "description": "The first offset shown (default: the newest `limit` records).",
+    },
+    {
+        "name": "timestamp",
+        "in": "query",
+        "required": False,
+        "schema": _integer(),
+        "description": "Start at the first record at or after this time (epoch ms).",
+    },
+    {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "schema": {
+            **_integer(1, operations.BROWSE_LIMIT_MAX, "int32"),
+            "default": operations.BROWSE_LIMIT_DEFAULT,
+        },
+    },
+]
+
+
+def _body(name: str) -> Schema:
+    return {"required": True, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _console_paths() -> dict[str, Schema]:
+    return {
+        "/api/v1/overview": {
+            "get": {
+                "operationId": "getOverview",
+                "tags": ["broker"],
+                "summary": "Status, counts, connections and the last minutes of traffic.",
+                "responses": {"200": _json(_ref("Overview"), "The overview.")},
+            }
+        },
+        "/api/v1/connections": {
+            "get": {
+                "operationId": "getConnections",
+                "tags": ["broker"],
+                "summary": "Open connections per protocol.",
+                "responses": {"200": _json(_ref("ConnectionList"), "The counts.")},
+            }
+        },
+        "/api/v1/queues": {
+            "get": {
+                "operationId": "listQueues",
+                "tags": ["groups"],
+                "summary": "Every share-partition of every share group: what waits, what is "
+                "in flight, and where dead letters go.",
+                "responses": {"200": _json(_ref("QueueList"), "The queues.")},
+            }
+        },
+        "/api/v1/topics/{name}/messages": {
+            "parameters": [_NAME_PARAMETER],
+            "get": {
+                "operationId": "browseMessages",
+                "tags": ["messages"],
+                "summary": "Records of one partition, from an offset or a time.",
+                "parameters": _MESSAGES_QUERY,
+                "responses": {
+                    "200": _json(_ref("MessagePage"), "The records, oldest first."),
+                    "400": _error("A parameter is not a number in range (INVALID_REQUEST)."),
+                    "404": _error("No such topic or partition (UNKNOWN_TOPIC_OR_PARTITION)."),
+                    "503": _error("The partition is offline (KAFKA_STORAGE_ERROR)."),
+                },
+            },
+            "post": {
+                "operationId": "produceMessage",
+                "tags": ["messages"],
+                "summary": "Append one record as a Kafka producer with acks=all would.",
+                "requestBody": _body("ProduceRequest"),
+                "responses": {
+                    "201": _json(_ref("ProduceResult"), "Written and fsynced."),
+                    "400": _BAD_BODY,
+                    "404": _error("No such topic or partition (UNKNOWN_TOPIC_OR_PARTITION)."),
+                    "413": _TOO_LARGE,
+                    "429": {
+                        **_FLOW_REFUSED_429,
+                        "headers": {"Retry-After": {"schema": {"type": "string"}}},
+                    },
+                    "503": _FLOW_REFUSED_503,
+                },
+            },
+        },
+        "/api/v1/topics/{name}/trim": {
+            "parameters": [_NAME_PARAMETER],
+            "post": {
+                "operationId": "trimTopic",
+                "tags": ["messages"],
+                "summary": "Delete the records before an offset (DeleteRecords).",
+                "security": [{"bearer": []}],
+                "requestBody": _body("TrimRequest"),
+                "responses": {
+                    "200": _json(_ref("TrimResult"), "The new log start offsets."),
+                    "400": _error(
+                        "A bad body (MALFORMED_JSON, INVALID_REQUEST), an offset past the "
+                        "log end (OFFSET_OUT_OF_RANGE), or an internal topic "
+                        "(INVALID_TOPIC_EXCEPTION)."
+                    ),
+                    "404": _error("No such topic or partition (UNKNOWN_TOPIC_OR_PARTITION)."),
+                    "413": _TOO_LARGE,
+                    "503": _FLOW_REFUSED_503,
+                },
+            },
+        },
+        "/api/v1/topics/{name}/redrive": {
+            "parameters": [_NAME_PARAMETER],
+            "post": {
+                "operationId": "redriveTopic",
+                "tags": ["messages"],
+                "summary": "Move the records of a (dead-letter) topic to another topic.",
+                "security": [{"bearer": []}],
+                "requestBody": _body("RedriveRequest"),
+                "responses": {
+                    "200": _json(_ref("RedriveResult"), "Copied (fsynced), then deleted."),
+                    "400": _BAD_BODY,
+                    "404": _error("No such topic (UNKNOWN_TOPIC_OR_PARTITION)."),
+                    "413": _TOO_LARGE,
+                    "429": {
+                        **_FLOW_REFUSED_429,
+                        "headers": {"Retry-After": {"schema": {"type": "string"}}},
+                    },
+                    "503": _FLOW_REFUSED_503,
+                },
+            },
+        },
+        "/api/v1/groups/{group}/offsets": {
+            "parameters": [_GROUP_PARAMETER],
+            "post": {
+                "operationId": "resetGroupOffsets",
+                "tags": ["groups"],
+                "summary": "Reset a group's committed offsets (the group must have no "
+                "members), or show what a reset would do (dry_run).",
+                "requestBody": _body("OffsetsResetRequest"),
+                "responses": {
+                    "200": _json(_ref("OffsetsResetResult"), "Committed (or not: dry_run)."),
+                    "400": _BAD_BODY,
+                    "404": _error(
+                        "No such group and no topic given (GROUP_ID_NOT_FOUND), or no such "
+                        "topic or partition (UNKNOWN_TOPIC_OR_PARTITION)."
+                    ),
+                    "409": _error("The group has members (NON_EMPTY_GROUP)."),
+                    "413": _TOO_LARGE,
+                    "503": _error("The offsets could not be written (KAFKA_STORAGE_ERROR)."),
+                },
+            },
         },
     }
 
@@ -1058,6 +1464,22 @@ def _schemas() -> dict[str, Schema]:
         "BindingRequest": _BINDING_REQUEST,
         "ReplayRequest": _REPLAY_REQUEST,
         "ReplayResult": _REPLAY_RESULT,
+        "Connections": _CONNECTIONS,
+        "ConnectionList": _object({"connections": _ref("Connections")}),
+        "HistorySample": _HISTORY_SAMPLE,
+        "Overview": _OVERVIEW,
+        "Queue": _QUEUE,
+        "QueueList": _object({"queues": {"type": "array", "items": _ref("Queue")}}),
+        "Message": _MESSAGE,
+        "MessagePage": _MESSAGE_PAGE,
+        "ProduceRequest": _PRODUCE_REQUEST,
+        "ProduceResult": _PRODUCE_RESULT,
+        "OffsetsResetRequest": _RESET_REQUEST,
+        "OffsetsResetResult": _RESET_RESULT,
+        "TrimRequest": _TRIM_REQUEST,
+        "TrimResult": _TRIM_RESULT,
+        "RedriveRequest": _REDRIVE_REQUEST,
+        "RedriveResult": _REDRIVE_RESULT,
     }
 
 
@@ -1072,12 +1494,24 @@ def document() -> Schema:
                 "version": __version__,
                 "description": "Health, topics, partitions, consumer groups (with their "
                 "lag) and exchanges (with their bindings) of one WeirMQ broker. Errors are "
-                '{"error": {"code": ..., "message": ...}} with a 4xx status. No authentication: '
-                "keep it on loopback. Requests must name the API's own host (Host); changes "
-                "must come from no web page but the API's own (Origin) and carry JSON "
+                '{"error": {"code": ..., "message": ...}} with a 4xx status. Destructive '
+                "requests need Authorization: Bearer <admin token>, and off loopback every "
+                "request but the health check does. Requests must name the API's own host "
+                "(Host); changes must come from no web page but the API's own (Origin) and "
+                "carry JSON "
                 "(Content-Type: application/json).",
             },
             "paths": _guarded(_paths()),
-            "components": {"schemas": _schemas()},
+            "components": {
+                "schemas": _schemas(),
+                "securitySchemes": {
+                    "bearer": {
+                        "type": "http",
+                        "scheme": "bearer",
+                        "description": "The admin token: the admin_token setting, or the "
+                        "file admin-token in the data directory (docs/admin-api.md).",
+                    }
+                },
+            },
         }
     )

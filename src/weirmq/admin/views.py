@@ -19,6 +19,7 @@ than Kafka's -1, so a client cannot mistake it for an offset.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -26,12 +27,15 @@ from typing import Protocol
 
 from weirmq import __version__
 from weirmq.broker.configs import ConfigSource
-from weirmq.broker.core import Broker
+from weirmq.broker.core import INTERNAL_TOPICS, Broker
 from weirmq.broker.exchanges import ExchangeView
 from weirmq.broker.group_service import GroupView, MemberView
+from weirmq.broker.messages import Record
 from weirmq.broker.shares import SharePartitionView
 from weirmq.broker.topics import Topic
 from weirmq.settings import SPECS_BY_NAME, Settings
+
+from .history import History, Sample, Totals
 
 JsonObject = dict[str, object]
 
@@ -380,4 +384,114 @@ def binding_document(binding: BindingDefinition) -> JsonObject:
         "key": binding.key,
         "arguments": dict(binding.arguments),
         "expression": binding.expression,
+    }
+
+
+# --- the console's overview, connections and queues ----------------------------------------
+
+PROTOCOLS = ("kafka", "amqp", "sqs")
+"""The protocols counted in `connections_document`, always present (0 when off)."""
+
+
+def connections_document(broker: Broker) -> JsonObject:
+    """Open connections per protocol and in all."""
+    found = broker.stats.connections_by_protocol()
+    counts: JsonObject = {protocol: found.get(protocol, 0) for protocol in PROTOCOLS}
+    counts["total"] = sum(found.values())
+    return counts
+
+
+def overview(broker: Broker, history: History) -> JsonObject:
+    """What the console's first page shows: the health status, the counts of things,
+    the connections, and the recent traffic (`weirmq.admin.history`)."""
+    status, _healthy = health(broker)
+    return {
+        "version": __version__,
+        "node_id": broker.node_id,
+        "cluster_id": broker.cluster_id,
+        "uptime_ms": uptime_ms(broker),
+        "status": status["status"],
+        "connections": connections_document(broker),
+        "topics": len(broker.topics),
+        "partitions": sum(topic.partitions for topic in broker.topics),
+        "groups": len(broker.group_views()),
+        "history": {
+            "interval_ms": history.interval_ms,
+            "samples": [sample_document(sample) for sample in history.samples()],
+        },
+    }
+
+
+def sample_document(sample: Sample) -> JsonObject:
+    return {
+        "at_ms": sample.at_ms,
+        "bytes_in_per_s": sample.bytes_in_per_s,
+        "bytes_out_per_s": sample.bytes_out_per_s,
+        "messages_in_per_s": sample.messages_in_per_s,
+        "messages_out_per_s": sample.messages_out_per_s,
+        "connections": sample.connections,
+    }
+
+
+def totals(broker: Broker) -> Totals:
+    """The broker's traffic counters summed over the topics clients use (the internal
+    topics' own writes, offsets commits and share state, are not traffic)."""
+    bytes_in = bytes_out = records_in = records_out = 0
+    for name, stats in broker.stats.topics.items():
+        if name in INTERNAL_TOPICS:
+            continue
+        bytes_in += stats.bytes_in
+        bytes_out += stats.bytes_out
+        records_in += stats.records_in
+        records_out += stats.records_out
+    connections = sum(broker.stats.connections_by_protocol().values())
+    return Totals(bytes_in, bytes_out, records_in, records_out, connections)
+
+
+def queue_rows(broker: Broker) -> list[JsonObject]:
+    """One row per share-partition of every share group: what waits, what is held, and
+    where its dead letters go."""
+    rows: list[JsonObject] = []
+    for view in broker.shares.views():
+        oldest = view.oldest_unacknowledged_ms
+        dead_letter_topic = broker.group_configs.dead_letter_topic(view.group_id)
+        rows.append(
+            {
+                "group": view.group_id,
+                "topic": view.topic,
+                "partition": view.partition,
+                "available": view.available,
+                "in_flight": view.acquired,
+                "oldest_unacknowledged_age_ms": (
+                    None if oldest is None else max(0, broker.clock() - oldest)
+                ),
+                "delivered": view.stats.delivered,
+                "dead_lettered": view.stats.dead_lettered,
+                "dead_letter_topic": dead_letter_topic or None,
+            }
+        )
+    return rows
+
+
+def payload_document(data: bytes | None) -> JsonObject | None:
+    """A key, value or header value: base64 always (it may be anything), and the text
+    when it is valid UTF-8, so a person reads text and a tool gets the bytes."""
+    if data is None:
+        return None
+    try:
+        text: str | None = data.decode()
+    except UnicodeDecodeError:
+        text = None
+    return {"base64": base64.b64encode(data).decode("ascii"), "text": text}
+
+
+def message_document(offset: int, record: Record) -> JsonObject:
+    return {
+        "offset": offset,
+        "timestamp_ms": record.timestamp_ms,
+        "key": payload_document(record.key),
+        "value": payload_document(record.value),
+        "headers": [
+            {"key": name, "value": payload_document(value)} for name, value in record.headers
+        ],
     }

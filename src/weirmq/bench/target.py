@@ -68,7 +68,7 @@ from types import TracebackType
 from typing import Protocol
 
 ANNOUNCEMENT = "weirmq: accepting Kafka connections on "
-ADMIN_ANNOUNCEMENT = "weirmq: admin API and metrics on "
+ADMIN_ANNOUNCEMENT = "weirmq: admin API, metrics and console on "
 AMQP_ANNOUNCEMENT = "weirmq: accepting AMQP connections on "
 SQS_ANNOUNCEMENT = "weirmq: accepting SQS requests on "
 ANNOUNCEMENTS = {"kafka": ANNOUNCEMENT, "admin": ADMIN_ANNOUNCEMENT, "amqp": AMQP_ANNOUNCEMENT,

@@ -291,5 +291,6 @@ def group_lag(
 
 # Re-exported for the admin API, which may import only weirmq.broker (see
 # tests/test_import_rules.py): the read-only views it turns into JSON and metrics.
+from ..groups.coordinator import CommitRequest as CommitRequest  # noqa: E402
 from ..groups.views import GroupView as GroupView  # noqa: E402
 from ..groups.views import MemberView as MemberView  # noqa: E402

@@ -11,6 +11,8 @@ storage flusher thread writes (see `storage.stats`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..storage.stats import LatencyHistogram
 
 
@@ -92,10 +94,23 @@ class BrokerStats:
         """Accepted since start."""
         self.connections_closed_for_errors = 0
         """Closed because a frame could not be answered (bad header, body, version)."""
+        self.connections_open_by_protocol: dict[str, int] = {}
+        """Open connections of each protocol the connection pump serves ("kafka", "amqp"),
+        by the adapter's name; `connections_open` is their sum."""
+        self.connection_gauges: dict[str, Callable[[], int]] = {}
+        """Open connections of a protocol served elsewhere, read when asked: the SQS API's
+        aiohttp server registers how many it holds while it runs."""
         self.delays = DelayStats()
         self.request_latencies: dict[tuple[str, str], RequestLatency] = {}
         """By (protocol, kind of request): frame read to reply written. Kafka's kinds are
         API keys as text ("0" is Produce)."""
+
+    def connections_by_protocol(self) -> dict[str, int]:
+        """Open connections per protocol, whoever counts them."""
+        found = dict(self.connections_open_by_protocol)
+        for protocol, gauge in self.connection_gauges.items():
+            found[protocol] = found.get(protocol, 0) + gauge()
+        return found
 
     def request_latency(self, protocol: str, kind: str) -> RequestLatency:
         histogram = self.request_latencies.get((protocol, kind))

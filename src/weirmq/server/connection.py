@@ -188,6 +188,8 @@ class ConnectionStats(Protocol):
     """Accepted since start."""
     connections_closed_for_errors: int
     """Closed by `CloseConnection`: a frame that could not be answered."""
+    connections_open_by_protocol: dict[str, int]
+    """`connections_open` by the adapter's name."""
 
     def request_latency(self, protocol: str, kind: str) -> Histogram:
         """Seconds from a frame read to its reply handed to the socket, for one `kind` of
@@ -202,6 +204,7 @@ class ConnectionCounts:
         "_latency",
         "connections_closed_for_errors",
         "connections_open",
+        "connections_open_by_protocol",
         "connections_total",
     )
 
@@ -209,6 +212,7 @@ class ConnectionCounts:
         self.connections_open = 0
         self.connections_total = 0
         self.connections_closed_for_errors = 0
+        self.connections_open_by_protocol: dict[str, int] = {}
         self._latency = RequestLatency()
 
     def request_latency(self, protocol: str, kind: str) -> Histogram:
@@ -342,8 +346,11 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._admitted = True
         listener.connections.add(self)
-        listener.stats.connections_open += 1
-        listener.stats.connections_total += 1
+        stats = listener.stats
+        stats.connections_open += 1
+        stats.connections_total += 1
+        by_protocol = stats.connections_open_by_protocol
+        by_protocol[listener.adapter.name] = by_protocol.get(listener.adapter.name, 0) + 1
         _keep_alive(transport)
         self._set_idle_timer(self._last_active)
         try:
@@ -402,6 +409,7 @@ class Connection(asyncio.BufferedProtocol):
         self._admitted = False
         listener.connections.discard(self)
         listener.stats.connections_open -= 1
+        listener.stats.connections_open_by_protocol[listener.adapter.name] -= 1
         listener.left(self.peer_host)
         if self._wanted_bytes:
             self._wanted_bytes = 0

@@ -19,10 +19,11 @@ is mocked: a test that passes against it passes against a broker process.
   at interpreter exit dies with its daemon thread.
 
 The HTTP admin API is off by default: it costs ~300 ms of imports that most tests do not
-need. `Broker(admin=True)` turns it on (on a free port, see `admin_url`). The AMQP 0-9-1
-listener is off by default too, so that a test broker never takes RabbitMQ's port 5672
-(`weirmq serve`'s default); `Broker(amqp=True)` turns it on, on a free port (see
-`amqp_address`, read from the line the broker announces it with). The SQS API is off by
+need. `Broker(admin=True)` turns it on (on a free port, see `admin_url`; the token its
+changes need is `admin_token`). The AMQP 0-9-1 listener is off by default too, so that
+a test broker never takes RabbitMQ's port 5672 (`weirmq serve`'s default);
+`Broker(amqp=True)` turns it on, on a free port (see `amqp_address`, read from the line
+the broker announces it with). The SQS API is off by
 default for the same reasons (aiohttp's imports, and `weirmq serve`'s port 9324);
 `Broker(sqs=True)` turns it on, on a free port (see `sqs_endpoint`, the endpoint URL for
 an AWS SDK). It is the service `weirmq serve` runs (`weirmq.cli.services`), loaded at
@@ -158,6 +159,16 @@ class Broker:
             raise RuntimeError("the admin API is off; use Broker(admin=True)")
         host, port = self._admin_service.address
         return f"http://{host}:{port}"
+
+    @property
+    def admin_token(self) -> str:
+        """The admin API's token, for ``Authorization: Bearer`` on changes (needs
+        ``Broker(admin=True)``): the ``admin_token`` setting when given, else the one the
+        broker made in its data directory."""
+        if self._admin_service is None or self._admin_service.token is None:
+            raise RuntimeError("the admin API is off; use Broker(admin=True)")
+        token: str = self._admin_service.token.value
+        return token
 
     @property
     def amqp_address(self) -> str:

@@ -61,6 +61,7 @@ from .sigv4 import verify_sigv4
 
 if TYPE_CHECKING:
     from ...broker.core import Broker
+    from ...broker.stats import BrokerStats
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class SqsService:
         self._servers: list[asyncio.Server] = []
         self._housekeeping: asyncio.Task[None] | None = None
         self._memory = _Budget(settings.queued_max_request_bytes)
+        self._stats: BrokerStats | None = None
 
     async def start(self, broker: Broker, sockets: Sequence[socket.socket]) -> None:
         settings = self.settings
@@ -116,9 +118,14 @@ class SqsService:
 
         for sock in sockets:
             self._servers.append(await loop.create_server(factory, sock=sock))
+        # Read by the admin API's connection counts (`BrokerStats.connections_by_protocol`).
+        self._stats = broker.stats
+        broker.stats.connection_gauges["sqs"] = lambda: len(server.connections)
         self._housekeeping = loop.create_task(self._keep(model))
 
     async def stop(self) -> None:
+        if self._stats is not None:
+            self._stats.connection_gauges.pop("sqs", None)
         housekeeping, self._housekeeping = self._housekeeping, None
         if housekeeping is not None:
             housekeeping.cancel()
