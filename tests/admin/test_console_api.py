@@ -103,7 +103,7 @@ def test_the_overview_counts_things_and_keeps_a_history(broker: Broker, clock: M
     for _ in range(3):
         clock.advance(2_000)
         append(broker, "orders", [Record(b"x" * 100, timestamp_ms=clock())])
-        operations.sample_history(broker, app[operations.HISTORY])
+        app[operations.HISTORY].sample(*operations.read_totals(broker))
 
     async def scenario(client: Client, auth: dict[str, str]) -> None:
         body = await ok(await client.get("/api/v1/overview"))
@@ -156,10 +156,10 @@ def test_the_service_samples_the_history_and_stops_the_sampler(
     async def scenario() -> None:
         await service.start(broker)
         sampler = service._sampler
-        assert sampler is not None and not sampler.done()
+        assert sampler is not None and sampler.running
         await asyncio.sleep(0.2)
         await service.stop()
-        assert sampler.done()
+        assert not sampler.running
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
 

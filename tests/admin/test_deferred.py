@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import sys
@@ -20,9 +21,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from weirmq.admin import deferred as deferred_module
 from weirmq.admin.deferred import DeferredAdminService, listen
+from weirmq.admin.history import History
 from weirmq.broker.core import Broker
 from weirmq.settings import Settings
+from weirmq.testing import ManualClock
 
 TIMEOUT_S = 30.0
 
@@ -75,6 +79,32 @@ def test_the_port_opens_at_once_and_the_first_connection_loads_the_api(
         await service.stop()
         await service.stop()  # idempotent
         assert await refused(port)
+
+    run(scenario())
+
+
+def test_the_traffic_history_is_sampled_from_the_start_not_from_the_first_visit(
+    broker: Broker, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short interval, so that samples come while the test waits a fraction of a second.
+    monkeypatch.setattr(deferred_module, "History", functools.partial(History, interval_ms=20))
+    service = deferred(tmp_path)
+
+    async def scenario() -> None:
+        await service.start(broker)
+        for _ in range(5):  # the broker's clock moves on while nobody has asked yet
+            clock.advance(1_000)
+            await asyncio.sleep(0.05)
+        assert service.service is None
+        token = (tmp_path / "data" / "admin-token").read_text().strip()
+        url = f"http://127.0.0.1:{service.address[1]}/api/v1/overview"
+        headers = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as answer:
+            assert answer.status == 200
+            samples = (await answer.json())["history"]["samples"]
+        # The first visit finds the minutes before it in the graphs.
+        assert len(samples) >= 3, samples
+        await service.stop()
 
     run(scenario())
 

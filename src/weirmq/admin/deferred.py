@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from weirmq.settings import Settings, parse_host_port
 
+from .history import History, Sampler
 from .token import SETTING_SOURCE, AdminToken, load_or_create
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ class DeferredService(Generic[ServiceT]):
         is closed (clients are refused, not left waiting) and the error raised."""
         try:
             module: Any = await asyncio.to_thread(importlib.import_module, self.module_name)
-            self.service = getattr(module, self.class_name)(self.settings)
+            self.service = self._build(getattr(module, self.class_name))
             await self.service.start(broker, sockets=self._sockets)
         except Exception:
             service, self.service = self.service, None
@@ -195,6 +196,11 @@ class DeferredService(Generic[ServiceT]):
                 await service.stop()
             self._close_sockets()
             raise
+
+    def _build(self, cls: Any) -> ServiceT:
+        """The real service, made of its class (a subclass may hand it more)."""
+        service: ServiceT = cls(self.settings)
+        return service
 
     def _unwatch(self) -> None:
         watched, self._watched = self._watched, []
@@ -218,10 +224,41 @@ class DeferredAdminService(DeferredService["AdminService"]):
     announcement = ADMIN_ANNOUNCEMENT
     service: AdminService | None
 
+    def __init__(self, settings: Settings, *, load_at_start: bool = False) -> None:
+        super().__init__(settings, load_at_start=load_at_start)
+        self._sampler: Sampler | None = None
+
     def announce(self, url: str) -> str:
         """The URL, and where the token for changes is (made now if it must be, so the
         file named exists before anyone reads the line)."""
         return admin_announcement(url, load_or_create(self.settings))
+
+    async def start(self, broker: Broker) -> str:
+        """As every deferred service, and the traffic history's sampler starts now, so
+        the console's graphs cover the minutes before its first visit
+        (`weirmq.admin.history`)."""
+        from . import views  # the broker's modules only: loaded already, no aiohttp
+
+        history = History()
+        self._sampler = Sampler(history, lambda: (broker.clock(), views.totals(broker)))
+        self._sampler.start()
+        try:
+            return await super().start(broker)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        await super().stop()
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            await sampler.stop()
+
+    def _build(self, cls: Any) -> AdminService:
+        service: AdminService = cls(self.settings)
+        if self._sampler is not None:
+            service.history = self._sampler.history
+        return service
 
 
 def admin_announcement(url: str, token: AdminToken) -> str:

@@ -7,9 +7,12 @@ Kafka's Fetch and ShareFetch hand out) as totals since it started; a graph wants
 `History` is fed the totals now and then (`sample`: the time and a `Totals`) and keeps,
 per interval, the rates between two samples in a ring buffer of `HISTORY_SAMPLES_MAX`
 entries: ten minutes at `HISTORY_INTERVAL_MS`, whatever the uptime, so its memory is
-fixed. It reads no clock and sleeps nowhere: `weirmq.admin.http.AdminService` runs the
-task that feeds it on the broker's loop, started and stopped with the admin API (which
-`weirmq serve` loads on its first connection: the history starts then).
+fixed. It reads no clock and sleeps nowhere; `Sampler` is the task that feeds it on the
+broker's loop. The sampler runs from the broker's start, not from the admin API's: `weirmq
+serve` loads the API on its first connection (`weirmq.admin.deferred`), and a person who
+opens the console after an hour wants the last ten minutes, not an empty graph. So the
+deferred admin service starts a sampler at once and hands its history to the API when
+it loads; an admin API started on its own (tests, `weirmq.testing`) runs its own.
 
 A total that goes down (a topic deleted takes its counters along) is a restart of that
 counter, not negative traffic: the rate is then computed from zero.
@@ -17,8 +20,13 @@ counter, not negative traffic: the rate is then computed from zero.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 HISTORY_INTERVAL_MS = 2_000
 """Between two samples: fine enough for a graph a person watches."""
@@ -92,3 +100,38 @@ class History:
 def _rate(before: int, now: int, seconds: float) -> float:
     delta = now - before if now >= before else now  # a counter that restarted from zero
     return delta / seconds
+
+
+class Sampler:
+    """Feeds `history` what `read` gives (the time in ms and the totals) every
+    `history.interval_ms`, on the running loop, from `start` to `stop`."""
+
+    def __init__(self, history: History, read: Callable[[], tuple[int, Totals]]) -> None:
+        self.history = history
+        self._read = read
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Take the base of the first rates now, then sample in a task."""
+        assert self._task is None, "started twice"
+        self.history.sample(*self._read())
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="admin-history")
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def stop(self) -> None:
+        """Idempotent."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.history.interval_ms / 1000)
+            try:
+                self.history.sample(*self._read())
+            except Exception:  # a bug here must not end the sampling, nor the broker
+                log.exception("admin API: sampling the traffic history failed")

@@ -108,6 +108,7 @@ import re
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -136,7 +137,7 @@ from .errors import (
     from_http_exception,
     from_kafka_error,
 )
-from .history import History
+from .history import History, Sampler
 from .metrics import exposition, metrics_registry
 from .requests import BROKER, TOKEN, require_token
 from .requests import DIGITS as _DIGITS
@@ -184,7 +185,10 @@ class AdminService:
         self.settings = settings
         self._runner: web.AppRunner | None = None
         self._address: tuple[str, int] | None = None
-        self._sampler: asyncio.Task[None] | None = None
+        self._sampler: Sampler | None = None
+        self.history: History | None = None
+        """The traffic history to serve: set before `start` by whoever samples it already
+        (`weirmq.admin.deferred`); when None, `start` makes one and samples it itself."""
         self.token: AdminToken | None = None
         """The token changes need (`weirmq.admin.token`), once started."""
 
@@ -203,7 +207,11 @@ class AdminService:
             raise ValueError("admin_listen is off; there is nothing to start")
         host, port = parse_host_port(self.settings.admin_listen)
         self.token = token = load_or_create(self.settings)
-        app = create_app(broker, token)
+        if self.history is None:
+            self.history = History()
+            self._sampler = Sampler(self.history, partial(operations.read_totals, broker))
+            self._sampler.start()
+        app = create_app(broker, token, self.history)
         self._runner = web.AppRunner(
             app,
             access_log=None,
@@ -218,9 +226,6 @@ class AdminService:
             await web.TCPSite(self._runner, host, port).start()
         bound = self._runner.addresses[0]
         self._address = (str(bound[0]), int(bound[1]))
-        self._sampler = asyncio.get_running_loop().create_task(
-            _sample_history(broker, app[operations.HISTORY]), name="admin-history"
-        )
         url = f"http://{views.format_address(*self._address)}"
         return admin_announcement(url, token)
 
@@ -228,26 +233,18 @@ class AdminService:
         """Stop serving (idempotent; also after a start that failed half way)."""
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
-            sampler.cancel()
-            await asyncio.wait({sampler})
+            await sampler.stop()
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
 
 
-async def _sample_history(broker: Broker, history: History) -> None:
-    """The history's sampler: the broker's counters every `history.interval_ms`."""
-    while True:
-        await asyncio.sleep(history.interval_ms / 1000)
-        try:
-            operations.sample_history(broker, history)
-        except Exception:  # a bug here must not end the sampling, nor the broker
-            log.exception("admin API: sampling the traffic history failed")
-
-
-def create_app(broker: Broker, token: AdminToken | None = None) -> web.Application:
+def create_app(
+    broker: Broker, token: AdminToken | None = None, history: History | None = None
+) -> web.Application:
     """The admin application for `broker` (tests serve it with aiohttp's test server);
-    `token` defaults to the one of the broker's settings (`weirmq.admin.token`)."""
+    `token` defaults to the one of the broker's settings (`weirmq.admin.token`), and
+    `history` to one holding a single base sample (fed by nobody: see `AdminService`)."""
     app = web.Application(
         client_max_size=BODY_BYTES_MAX,
         middlewares=[_errors_as_json, _only_for_this_api, _authorized],
@@ -255,8 +252,10 @@ def create_app(broker: Broker, token: AdminToken | None = None) -> web.Applicati
     app[BROKER] = broker
     app[TOKEN] = token if token is not None else load_or_create(broker.settings)
     app[TOKEN_EVERYWHERE] = not listens_on_loopback(broker.settings.admin_listen)
-    app[operations.HISTORY] = history = History()
-    operations.sample_history(broker, history)  # the base of the first rates
+    if history is None:
+        history = History()
+        history.sample(*operations.read_totals(broker))  # the base of the first rates
+    app[operations.HISTORY] = history
     app[ALLOWED_HOSTS] = allowed_hosts(broker.settings.admin_allowed_hosts)
     app[REGISTRY] = metrics_registry(broker)
     app[OPENAPI_JSON] = json.dumps(openapi.document()).encode()

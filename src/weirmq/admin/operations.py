@@ -56,7 +56,7 @@ from .errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
     ApiError,
 )
-from .history import History
+from .history import History, Totals
 from .requests import (
     BROKER,
     INT64_MAX,
@@ -122,9 +122,9 @@ async def list_queues(request: web.Request) -> web.Response:
     return web.json_response({"queues": views.queue_rows(request.app[BROKER])})
 
 
-def sample_history(broker: Broker, history: History) -> None:
-    """Feed `history` the broker's counters now (the sampler task's one step)."""
-    history.sample(broker.clock(), views.totals(broker))
+def read_totals(broker: Broker) -> tuple[int, Totals]:
+    """The time and the broker's counters: what a `History` is fed."""
+    return broker.clock(), views.totals(broker)
 
 
 # --- browsing and producing -----------------------------------------------------------------
