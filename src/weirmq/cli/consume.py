@@ -64,7 +64,7 @@ from weirmq.cli.formats import (
     render,
 )
 from weirmq.cli.offsets import parse_time_ms
-from weirmq.cli.output import note, progress, progress_wanted
+from weirmq.cli.output import note, parsed_by, progress, progress_wanted
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message
@@ -96,27 +96,6 @@ def parse_start_offset(text: str) -> int:
     return OFFSET_TAIL_BASE + number if number < 0 else number
 
 
-def _offset_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    try:
-        return None if value is None else parse_start_offset(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-def _time_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    try:
-        return None if value is None else parse_time_ms(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-def _format_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    try:
-        return None if value is None else compile_format(value)
-    except FormatError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
 @click.command("consume", **client_command_settings())
 @click.argument("topic")
 @click.option("--from-beginning", is_flag=True, help="Start at the oldest record.")
@@ -125,14 +104,14 @@ def _format_callback(ctx: click.Context, param: click.Parameter, value: str | No
     "-o",
     "start_offset",
     metavar="beginning|end|N|-N",
-    callback=_offset_callback,
+    callback=parsed_by(parse_start_offset),
     help="Start offset in each partition (-N: N records before the end) [default: end].",
 )
 @click.option(
     "--from-timestamp",
     "from_ms",
     metavar="TIME",
-    callback=_time_callback,
+    callback=parsed_by(parse_time_ms),
     help="Start at the first record at or after TIME (ms since the epoch, or ISO 8601, "
     "UTC unless given).",
 )
@@ -171,7 +150,7 @@ def _format_callback(ctx: click.Context, param: click.Parameter, value: str | No
     "-f",
     "record_format",
     metavar="FMT",
-    callback=_format_callback,
+    callback=parsed_by(compile_format, (FormatError,)),
     help="kcat-style: %t %p %o %k %s %h %T %K %S, \\n \\t [default: %s\\n].",
 )
 @click.option(

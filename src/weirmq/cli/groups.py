@@ -61,6 +61,7 @@ from weirmq.cli.offsets import (
 from weirmq.cli.output import (
     Column,
     note,
+    parsed_by,
     plural,
     print_json,
     print_line,
@@ -498,13 +499,6 @@ ACTIVE_GROUP_ERRORS = frozenset(
 )
 
 
-def _time_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    try:
-        return None if value is None else parse_time_ms(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
 def _selections_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
     try:
         return [parse_topic_selection(text) for text in value]
@@ -520,7 +514,7 @@ def _selections_callback(ctx: click.Context, param: click.Parameter, value: tupl
     "--to-timestamp",
     "to_timestamp",
     metavar="TIME",
-    callback=_time_callback,
+    callback=parsed_by(parse_time_ms),
     help="To the first record at or after TIME (ms since the epoch, or ISO 8601, "
     "UTC unless given).",
 )

@@ -51,6 +51,21 @@ def console(*, stderr: bool = False) -> Console:
     return Console(file=stream, width=width, highlight=False, soft_wrap=False)
 
 
+def parsed_by(
+    parse: Callable[[str], Any], errors: tuple[type[Exception], ...] = (ValueError,)
+) -> Callable[[click.Context, click.Parameter, str | None], Any]:
+    """A click option callback: the option's text through `parse` (None stays None), and
+    what `parse` raises of `errors` as click's usage error naming the option."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        try:
+            return None if value is None else parse(value)
+        except errors as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return callback
+
+
 def print_table(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> None:
     """An aligned table without borders: a bold header row, then one line per row.
 

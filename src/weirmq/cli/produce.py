@@ -49,7 +49,7 @@ from weirmq.cli.clients import (
 )
 from weirmq.cli.formats import parse_assignments, split_line
 from weirmq.cli.offsets import parse_time_ms
-from weirmq.cli.output import note, print_json, progress, progress_wanted
+from weirmq.cli.output import note, parsed_by, print_json, progress, progress_wanted
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message, Producer
@@ -189,13 +189,6 @@ def human_bytes(count: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _timestamp_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    try:
-        return None if value is None else parse_time_ms(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
 def _headers_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
     try:
         return [(name, data.encode()) for name, data in parse_assignments(value, "--header")]
@@ -248,7 +241,7 @@ def _separator_callback(ctx: click.Context, param: click.Parameter, value: str |
     "--timestamp",
     "timestamp_ms",
     metavar="TIME",
-    callback=_timestamp_callback,
+    callback=parsed_by(parse_time_ms),
     help="Timestamp of every record: ms since the epoch or ISO 8601 [default: now].",
 )
 @click.option(

@@ -35,6 +35,7 @@ from weirmq.cli.offsets import parse_time_ms, parse_trim_offset
 from weirmq.cli.output import (
     Column,
     note,
+    parsed_by,
     plural,
     print_json,
     print_line,
@@ -381,34 +382,20 @@ def _changes(configs: dict[str, str], deleted: tuple[str, ...], partitions: int 
 # -- trim --------------------------------------------------------------------------------------
 
 
-def _before_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    try:
-        return None if value is None else parse_trim_offset(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-def _time_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    try:
-        return None if value is None else parse_time_ms(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
 @topics.command("trim", **client_command_settings())
 @click.argument("name")
 @click.option(
     "--before",
     "before_offset",
     metavar="OFFSET|end",
-    callback=_before_callback,
+    callback=parsed_by(parse_trim_offset),
     help="Delete the records below OFFSET in each chosen partition (end: all).",
 )
 @click.option(
     "--before-timestamp",
     "before_ms",
     metavar="TIME",
-    callback=_time_callback,
+    callback=parsed_by(parse_time_ms),
     help="Delete the records older than TIME (ms since the epoch, or ISO 8601, UTC unless given).",
 )
 @click.option(
