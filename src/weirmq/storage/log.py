@@ -54,6 +54,11 @@ repair` recorded the gap as given up (lost-offsets), the log goes offline and re
 reads and appends (KAFKA_STORAGE_ERROR), as before. A read in a given-up range goes on
 from the next offset that has data.
 
+Compaction (cleaner.py) replaces sealed segments by rewrites holding the same offsets,
+the removed ones in empty batches: `swap_cleaned` installs one on the owner's thread, and
+`finish_swaps` finishes or rolls back, at open, a swap a crash interrupted. Reads skip
+leading empty batches, so a fetch at a removed offset gets the next record.
+
 After a clean shutdown (all flushed, indexes synced) nothing is re-validated, except an
 active segment too small to have index entries: a clean close writes no index files for
 it, so the open re-reads it whole (less than one index interval plus one batch). Damage
@@ -62,8 +67,10 @@ in the trusted segments is then found by the reads' CRC checks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import struct
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
@@ -71,7 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from ..records.batch import BatchHeader
+from ..records.batch import HEADER_BYTES, BatchHeader
 from .append import prepare_append
 from .config import LogConfig
 from .damage import Damage, covered, read_lost_ranges
@@ -86,7 +93,7 @@ from .fsync import fsync_all
 from .handles import HandleCache
 from .interface import AppendInfo, Clock, ReadResult, TimestampOffset
 from .policy import retention_breaches, should_roll
-from .segment import CorruptDataError, Segment
+from .segment import CorruptDataError, IndexedScan, Segment, scan_file, segment_name
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -354,9 +361,13 @@ class FileLog:
                 records = segment.read(max(offset, segment.base_offset), max_bytes)
             except CorruptDataError as exc:
                 raise _SegmentCorrupt(i, exc) from exc
+            if not records:
+                i += 1
+                continue
+            records, after = _without_leading_empty_batches(records)
             if records:
                 return records
-            i += 1
+            offset = after  # only empty batches (compaction): read on after them
         return b""
 
     def _revalidate(self, i: int) -> None:
@@ -481,6 +492,61 @@ class FileLog:
         for segment in gone:
             segment.delete_files()
         return len(gone)
+
+    # --- compaction -------------------------------------------------------------------
+
+    def swap_cleaned(
+        self, olds: Sequence[Segment], swap_path: str, scan: IndexedScan, now_ms: int
+    ) -> bool:
+        """On the owner's thread: replace the adjacent sealed segments `olds` by the
+        cleaner's rewrite of them, `swap_path` (whole, fsynced, their offsets: cleaner.py),
+        named after the first. Returns False, deleting the swap file, when they are no
+        longer in the log as they were scanned (retention deleted one, a truncation or a
+        re-validation changed one): the rewrite is then stale.
+
+        Order, for `finish_swaps` to finish it after a crash at any point: the index files
+        of `olds` are deleted; the later ones' `.log` files are renamed `.log.deleted` and
+        the directory fsynced; the swap file is renamed over the first's `.log`; then the
+        `.log.deleted` files are deleted. Readers on this thread never see a half-done
+        swap; descriptors of the old files still cached are dropped."""
+        first = olds[0]
+        with self._lock:
+            position = bisect_right(self._bases, first.base_offset) - 1
+            current = self._segments[position : position + len(olds)]
+            if (
+                position < 0
+                or len(current) != len(olds)
+                or any(a is not b for a, b in zip(current, olds, strict=True))
+                or position + len(olds) >= len(self._segments)  # never the active one
+                or not all(old.sealed for old in olds)
+                or olds[-1].next_offset != scan.next_offset
+                or self._offline is not None
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(swap_path)
+                return False
+            for old in olds:
+                for path in (old.index_path, old.timeindex_path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+                self._handles.forget(old.log_path)
+            for old in olds[1:]:
+                os.rename(old.log_path, old.log_path + DELETED_LOG_SUFFIX)
+            if len(olds) > 1:
+                _fsync_path(str(self.directory))
+            os.rename(swap_path, first.log_path)
+            for old in olds[1:]:
+                os.unlink(old.log_path + DELETED_LOG_SUFFIX)
+            mtime_ns = now_ms * 1_000_000
+            os.utime(first.log_path, ns=(mtime_ns, mtime_ns))  # when it was cleaned: cleaner.py
+            new = Segment(self.directory, first.base_offset, self._handles, first.index_interval)
+            new.install(scan)
+            new.created_ms = now_ms
+            segments = list(self._segments)
+            segments[position : position + len(olds)] = [new]
+            self._set_segments(segments)
+            self._dir_dirty = True
+        return True
 
     # --- durability -------------------------------------------------------------------
 
@@ -811,6 +877,7 @@ def flush_logs(
 
 def _segment_bases(directory: Path) -> list[int]:
     """Base offsets of the segments in `directory`, clearing leftovers of interrupted work."""
+    finish_swaps(directory)
     bases = []
     logs = set()
     for entry in os.scandir(directory):
@@ -825,6 +892,85 @@ def _segment_bases(directory: Path) -> list[int]:
         if suffix in ("index", "timeindex") and stem not in logs:
             os.unlink(entry.path)  # an index whose log is gone (deletion interrupted)
     return sorted(bases)
+
+
+CLEANED_SUFFIX = ".log.cleaned"
+SWAP_SUFFIX = ".log.swap"
+DELETED_LOG_SUFFIX = ".deleted"  # after ".log": a segment a swap replaced
+
+
+def finish_swaps(directory: Path) -> None:
+    """Finish or roll back the cleaner's swaps that a crash interrupted (see cleaner.py
+    and `FileLog.swap_cleaned`).
+
+    - `N.log.cleaned`: still being written; deleted (the old segments stay).
+    - `N.log.swap`: whole and fsynced, holding exactly the offsets of the segments it
+      replaces, from N to where it ends (found by scanning it): the index files of those
+      segments and the `.log` files after N are deleted, then it is renamed over `N.log`.
+      If `N.log` is gone (retention deleted it), or the file does not scan whole, it is
+      deleted instead and segments already renamed `.log.deleted` get their names back.
+    - `.log.deleted` files left over once no swap is pending: deleted (the swap was done).
+    """
+    entries = {entry.name: entry.path for entry in os.scandir(directory)}
+    for name, path in sorted(entries.items()):
+        stem, _, suffix = name.partition(".")
+        if len(stem) != 20 or not stem.isdigit():
+            continue
+        if "." + suffix == CLEANED_SUFFIX:
+            os.unlink(path)
+        elif "." + suffix == SWAP_SUFFIX:
+            _finish_swap(directory, int(stem), path)
+    for entry in os.scandir(directory):
+        if entry.name.endswith(".log" + DELETED_LOG_SUFFIX):
+            os.unlink(entry.path)
+
+
+def _finish_swap(directory: Path, base: int, swap_path: str) -> None:
+    target = directory / f"{segment_name(base)}.log"
+    fd = os.open(swap_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        scan = scan_file(fd, base, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    if not target.exists() or scan.problem is not None:
+        for entry in os.scandir(directory):
+            if entry.name.endswith(".log" + DELETED_LOG_SUFFIX):
+                os.rename(entry.path, entry.path.removesuffix(DELETED_LOG_SUFFIX))
+        os.unlink(swap_path)
+        log.warning("recovery: rolled back the cleaner's swap of %s", target)
+        return
+    for entry in os.scandir(directory):
+        stem, _, suffix = entry.name.partition(".")
+        if len(stem) != 20 or not stem.isdigit() or not base <= int(stem) < scan.next_offset:
+            continue
+        if suffix in ("index", "timeindex") or (suffix == "log" and int(stem) != base):
+            os.unlink(entry.path)
+    os.rename(swap_path, target)
+    log.warning("recovery: finished the cleaner's swap of %s", target)
+    _fsync_path(str(directory))
+
+
+_RECORDS_COUNT_AT = 57
+_EMPTY_CHECK = struct.Struct(">qiibIhi")  # baseOffset .. lastOffsetDelta
+
+
+def _without_leading_empty_batches(records: memoryview) -> tuple[memoryview, int]:
+    """`records` from its first batch holding a record, and the offset after the last
+    batch looked at. Compaction leaves batches with no record (cleaner.py: fillers over
+    removed offsets, a producer's last batch), and librdkafka reports a fetch whose
+    records start with only such batches as a message too large to fetch; Kafka's own
+    reads go past removed offsets to the next batch with data, which is what this does
+    (all empty: the caller reads on from the offset returned)."""
+    position = after = 0
+    while position + HEADER_BYTES <= len(records):
+        if int.from_bytes(records[position + _RECORDS_COUNT_AT : position + HEADER_BYTES]):
+            return (records[position:] if position else records), -1
+        base, length, _epoch, _magic, _crc, _attributes, delta = _EMPTY_CHECK.unpack_from(
+            records, position
+        )
+        after = base + delta + 1
+        position += 12 + length
+    return records[len(records) :], after
 
 
 def _pwrite_file(path: str, position: int, data: bytes) -> None:

@@ -2,6 +2,7 @@
 
     weirmq-data/
         recovery-point-offset-checkpoint     topic partition offset: durable up to here
+        cleaner-offset-checkpoint            topic partition offset: compacted below here
         log-start-offset-checkpoint          topic partition offset: DeleteRecords' starts
         .clean-shutdown                      present only after an orderly close
         orders-0/  orders-1/  ...            one FileLog each
@@ -30,6 +31,10 @@ close) and rewrites the recovery-point checkpoint when it changed.
 The owner (the broker's event loop thread) calls `housekeeping` periodically for
 retention and time-based rolls; those never run on the flusher thread.
 
+Compaction (cleaner.py): the `LogCleaner` thread rewrites compacted logs' segments into
+swap files; the owner swaps them in (`finish_cleaning`, called when the cleaner says so
+and at each housekeeping), then writes `cleaner-offset-checkpoint`.
+
 Creating a partition is mostly file-system work: a directory and a file, 0.3-2 ms
 measured here, which at thousands of partitions would stall the owner's thread for
 seconds. `prepare` does that work on any thread (it touches the file system only, never
@@ -57,6 +62,14 @@ from .checkpoint import (
     read_offsets,
     write_files_atomically,
     write_offsets,
+)
+from .cleaner import (
+    CLEANER_CHECKPOINT_FILE,
+    CleanerSettings,
+    CompactionConfig,
+    LogCleaner,
+    discard,
+    swap_in,
 )
 from .config import LogConfig
 from .errors import is_disk_full, storage_error
@@ -114,6 +127,8 @@ class LogManager:
         clock: Clock,
         settings: StorageSettings | None = None,
         config_for: Callable[[str], LogConfig] | None = None,
+        compaction_for: Callable[[str], CompactionConfig] | None = None,
+        cleaner_settings: CleanerSettings | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.settings = settings or StorageSettings()
@@ -138,10 +153,21 @@ class LogManager:
         """Why client publishes are refused now (free space below the broker's floor,
         broker/resources.py), None when they are not; the broker's own writes go on."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._clean_offsets: dict[TopicPartition, int] = {}
+        """The cleaner checkpoint: per compacted log, offsets below this were cleaned."""
         self._load()
         self.committer = GroupCommitter(
             interval_ms=self.settings.flush_interval_ms, periodic=self._periodic_flush
         )
+        self.cleaner = LogCleaner(
+            logs=self.logs,
+            config_for=compaction_for or (lambda _topic: CompactionConfig()),
+            checkpoints=lambda: dict(self._clean_offsets),
+            clock=clock,
+            settings=cleaner_settings,
+        )
+        """Log compaction (cleaner.py): started by the owner (`start_cleaner`), its results
+        swapped in on the owner's thread by `finish_cleaning`."""
 
     # --- partitions -------------------------------------------------------------------
 
@@ -149,6 +175,7 @@ class LogManager:
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         recovery_points = read_offsets(self.data_dir / RECOVERY_POINT_FILE)
+        self._clean_offsets = dict(read_offsets(self.data_dir / CLEANER_CHECKPOINT_FILE))
         log_starts = read_offsets(self.data_dir / LOG_START_FILE)
         for entry in sorted(os.scandir(self.data_dir), key=lambda e: e.name):
             if not entry.is_dir():
@@ -347,16 +374,57 @@ class LogManager:
     def housekeeping(self) -> int:
         """Time-based rolls and retention for every log; returns segments deleted."""
         deleted = 0
+        rolled = False
         for log_ in self.logs().values():
-            log_.maybe_roll()
+            rolled = log_.maybe_roll() or rolled
             deleted += log_.apply_retention()
+        self.finish_cleaning()
+        if rolled:  # a segment became sealed: it may be cleanable now
+            self.cleaner.wake()
         return deleted
+
+    def start_cleaner(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Start the cleaner's thread; `on_ready` (called on that thread) should make the
+        owner call `finish_cleaning` soon."""
+        self.cleaner.on_ready = on_ready
+        self.cleaner.start()
+
+    def finish_cleaning(self) -> int:
+        """On the owner's thread: swap in what the cleaner rewrote, then write the cleaner
+        checkpoint (after the swaps are durable). Returns how many logs were swapped."""
+        ready = self.cleaner.take_ready()
+        swapped = 0
+        for cleaning in ready:
+            if self._closed or self._logs.get(cleaning.tp) is not cleaning.log:
+                discard(cleaning)  # the partition was deleted (or we are stopping)
+                continue
+            try:
+                ok = swap_in(cleaning, self._clock())
+            except OSError as exc:
+                log.error("swapping in the cleaned %s failed: %s", cleaning.tp, exc)
+                discard(cleaning)
+                continue
+            if ok:
+                swapped += 1
+                previous = self._clean_offsets.get(cleaning.tp, 0)
+                self._clean_offsets[cleaning.tp] = max(previous, cleaning.new_checkpoint)
+        if ready:
+            live = {tp: o for tp, o in self._clean_offsets.items() if tp in self._logs}
+            self._clean_offsets = live
+            try:
+                write_offsets(self.data_dir / CLEANER_CHECKPOINT_FILE, live)
+            except OSError as exc:  # the old one is behind, never ahead: cleaning redone
+                log.error("writing %s failed: %s", CLEANER_CHECKPOINT_FILE, exc)
+        return swapped
 
     def flush_for_close(self) -> bool:
         """The first half of `close`: drain the flusher, then flush every log in one pass,
         indexes included (`log.flush_logs`). Returns whether every log is now durable and
         online. Nothing flushes the logs after this; the owner appends no more."""
         if self._flushed_for_close is None:
+            self.cleaner.close()
+            for cleaning in self.cleaner.take_ready():
+                discard(cleaning)
             self.committer.close()
             logs = list(self.logs().values())
             failed = flush_logs(

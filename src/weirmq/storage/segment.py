@@ -81,6 +81,38 @@ def scan_file(fd: int, base_offset: int, file_size: int) -> FileScan:
     return FileScan(scan.size, scan.next_offset, scan.max_timestamp, problem)
 
 
+@dataclass(frozen=True, slots=True)
+class IndexedScan:
+    """A whole, valid segment file scanned with its indexes built (`scan_indexed`): what a
+    segment rewritten off the owner's thread (the cleaner) is installed with."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    max_timestamp_offset: int
+    bytes_since_index: int
+    index: OffsetIndex
+    time_index: TimeIndex
+
+
+def scan_indexed(fd: int, base_offset: int, file_size: int, interval: int) -> IndexedScan:
+    """Validate a whole segment file as recovery does and build its indexes; raises
+    `CorruptDataError` if any byte is not a valid batch."""
+    scan = _Validation(base_offset, interval, OffsetIndex(), TimeIndex())
+    problem = scan.run(fd, file_size)
+    if problem is not None:
+        raise CorruptDataError(f"segment {base_offset}: {problem}")
+    return IndexedScan(
+        scan.size,
+        scan.next_offset,
+        scan.max_timestamp,
+        scan.max_timestamp_offset,
+        scan.bytes_since_index,
+        scan.index,
+        scan.times,
+    )
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
@@ -135,6 +167,10 @@ class Segment:
         return f"Segment({self.base_offset}..{self.next_offset}, {self.size} B)"
 
     @property
+    def index_interval(self) -> int:
+        return self._index_interval_bytes
+
+    @property
     def is_empty(self) -> bool:
         return self.size == 0
 
@@ -180,6 +216,18 @@ class Segment:
             self.max_timestamp = max_ts
             self.max_timestamp_offset = base
         self.next_offset = last + 1
+
+    def install(self, scan: IndexedScan) -> None:
+        """Take the state of a durable, sealed file scanned by `scan_indexed` (a cleaned
+        segment swapped in): its index files are written and fsynced by the next flush."""
+        self._reset()
+        self.size = self.synced_size = scan.size
+        self.next_offset = scan.next_offset
+        self.max_timestamp = scan.max_timestamp
+        self.max_timestamp_offset = scan.max_timestamp_offset
+        self._bytes_since_index = scan.bytes_since_index
+        self.index, self.time_index = scan.index, scan.time_index
+        self.seal()
 
     def seal(self) -> None:
         """No more appends; the time index gets a last entry naming the segment's maximum."""

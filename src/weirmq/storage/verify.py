@@ -40,6 +40,7 @@ from ..records.batch import HEADER_BYTES, parse_header
 from .checkpoint import read_offsets
 from .damage import covered, read_lost_ranges
 from .index import OffsetIndex, TimeIndex
+from .log import SWAP_SUFFIX
 from .manager import (
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
@@ -222,14 +223,38 @@ def verify_partition(
 
 
 def _scan_segments(directory: Path) -> Iterator[SegmentFile]:
-    for base in segment_bases(directory):
-        path = str(directory / f"{segment_name(base)}.log")
+    paths = {
+        base: str(directory / f"{segment_name(base)}.log") for base in segment_bases(directory)
+    }
+    _as_if_swapped(directory, paths)
+    for base, path in sorted(paths.items()):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
             yield SegmentFile(base, path, size, scan_file(fd, base, size))
         finally:
             os.close(fd)
+
+
+def _as_if_swapped(directory: Path, paths: dict[int, str]) -> None:
+    """Judge the segments the broker's next open will have: a compaction swap that a crash
+    interrupted (`N.log.swap`, see cleaner.py) is finished by `log.finish_swaps` at open,
+    so its file stands for `N.log` and the segments it covers, read only here."""
+    for entry in os.scandir(directory):
+        stem, _, suffix = entry.name.partition(".")
+        if "." + suffix != SWAP_SUFFIX or not stem.isdigit() or int(stem) not in paths:
+            continue
+        base = int(stem)
+        fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            scan = scan_file(fd, base, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        if scan.problem is not None:
+            continue  # rolled back at open: the old segments stand
+        for covered_base in [b for b in paths if base < b < scan.next_offset]:
+            del paths[covered_base]
+        paths[base] = entry.path
 
 
 def segment_bases(directory: Path) -> list[int]:
