@@ -112,7 +112,9 @@ def test_create_with_configs_then_describe(broker_factory: BrokerFactory) -> Non
     assert created == {"name": "orders", "created": True, "partitions": 3}
     default = ok_json(weirmq(broker, "topics", "create", "defaulted", "--json"))
     assert default == {"name": "defaulted", "created": True, "partitions": 2}
-    ok(weirmq(broker, "produce", "orders", "--partition", "1", stdin=b"a\nb\nc\n"))
+    # Keyed: a compacted topic refuses records without a key, as Kafka does.
+    produce = ("produce", "orders", "--partition", "1", "--key-separator", ":")
+    ok(weirmq(broker, *produce, stdin=b"k1:a\nk2:b\nk3:c\n"))
 
     described = ok_json(weirmq(broker, "topics", "describe", "orders", "--json"))
     assert described["name"] == "orders"

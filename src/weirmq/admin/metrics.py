@@ -51,6 +51,7 @@ from prometheus_client.registry import Collector
 from weirmq import __version__
 from weirmq.broker.core import Broker
 from weirmq.broker.stats import ApiStats, RequestLatency
+from weirmq.errors import ErrorCode
 from weirmq.protocols.kafka.dispatch import API_VERSIONS
 
 from .views import uptime_ms
@@ -79,6 +80,14 @@ def api_name(api_key: int) -> str:
     if name is None:
         return f"Unknown{api_key}"
     return "".join(word.capitalize() for word in name.split("_"))
+
+
+def _error_name(code: int) -> str:
+    """Kafka's name of an error code ("UNKNOWN_TOPIC_OR_PARTITION"), or the number."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(code)
 
 
 class BrokerCollector(Collector):
@@ -174,6 +183,15 @@ class BrokerCollector(Collector):
             request = api_name(int(kind)) if protocol == "kafka" and kind.isdigit() else kind
             served.add_metric([protocol, request], _buckets(histogram.cumulative()), histogram.sum)
         yield served
+        errors = CounterMetricFamily(
+            f"{PREFIX}_kafka_request_errors",
+            "Kafka requests answered with an error code (top level or per partition or "
+            "resource), by API and error; a request counts once per distinct error.",
+            labels=["api", "error"],
+        )
+        for (key, code), count in sorted(self.broker.stats.kafka_request_errors.items()):
+            errors.add_metric([api_name(key), _error_name(code)], count)
+        yield errors
 
     def _connections(self) -> Iterator[Metric]:
         stats = self.broker.stats

@@ -104,6 +104,10 @@ class BrokerStats:
         self.request_latencies: dict[tuple[str, str], RequestLatency] = {}
         """By (protocol, kind of request): frame read to reply written. Kafka's kinds are
         API keys as text ("0" is Produce)."""
+        self.kafka_request_errors: dict[tuple[int, int], int] = {}
+        """Kafka requests answered with an error, by (API key, error code): a request
+        counts once for each distinct code in its answer (top level or per resource).
+        Numbers, not names: the exporter names them when scraped."""
 
     def connections_by_protocol(self) -> dict[str, int]:
         """Open connections per protocol, whoever counts them."""

@@ -17,6 +17,7 @@ import datetime
 import importlib
 import struct
 import typing
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,8 @@ i32s = st.integers(-(2**31), 2**31 - 1)
 i64s = st.integers(-(2**63), 2**63 - 1)
 error_codes = st.sampled_from(list(ErrorCode))
 topic_names = st.text(max_size=40)  # any unicode but surrogates, as str.encode() needs
+# Topic ids (Produce v13, Fetch v13+); the zero id reads as None, as kio reads it.
+topic_ids = st.none() | st.uuids().filter(lambda u: u.int != 0)
 messages_text = st.none() | st.text(max_size=200)
 append_times = st.just(-1) | st.integers(0, DATETIME_MS_MAX) | st.integers(-(2**63), -1)
 
@@ -78,6 +81,7 @@ produce_data = st.fixed_dictionaries(
             st.fixed_dictionaries(
                 {
                     "name": topic_names,
+                    "topic_id": topic_ids,
                     "partition_responses": st.lists(produce_partitions, max_size=4),
                 }
             ),
@@ -113,7 +117,11 @@ fetch_data = st.fixed_dictionaries(
         "session_id": st.just(0) | i32s,
         "responses": st.lists(
             st.fixed_dictionaries(
-                {"topic": topic_names, "partitions": st.lists(fetch_partitions, max_size=4)}
+                {
+                    "topic": topic_names,
+                    "topic_id": topic_ids,
+                    "partitions": st.lists(fetch_partitions, max_size=4),
+                }
             ),
             max_size=4,
         ),
@@ -181,12 +189,15 @@ def fetch_partition(index: int = 0, **fields: Any) -> dict[str, Any]:
     }
 
 
+EVENTS_ID = uuid.UUID("6f1c2b4e-0d3a-4c5b-9e8f-7a6b5c4d3e2f")
+
+
 def fetch_data_of(*partitions: dict[str, Any]) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "session_id": 0,
-        "responses": [{"topic": "events", "partitions": list(partitions)}],
+        "responses": [{"topic": "events", "topic_id": EVENTS_ID, "partitions": list(partitions)}],
     }
 
 
@@ -234,6 +245,7 @@ def test_produce_long_arrays_and_names(version: int) -> None:
         "responses": [
             {
                 "name": "é" * 200,
+                "topic_id": EVENTS_ID,
                 "partition_responses": [
                     produce_partition(i, error_message="x" * 300 if i % 2 else None)
                     for i in range(300)
@@ -245,7 +257,7 @@ def test_produce_long_arrays_and_names(version: int) -> None:
     assert encode_produce_response(version, data) == kio_bytes(PRODUCE, version, data)
 
 
-@pytest.mark.parametrize("version", [-1, 0, 1, 2, 13, 14])
+@pytest.mark.parametrize("version", [-1, 0, 1, 2, 14])
 def test_produce_rejects_other_versions(version: int) -> None:
     with pytest.raises(ValueError, match=f"v{version}"):
         encode_produce_response(version, {"responses": [], "throttle_time": 0})
@@ -313,7 +325,7 @@ def test_fetch_empty_response(version: int) -> None:
     assert b"".join(encode_fetch_response(version, data)) == kio_bytes(FETCH, version, data)
 
 
-@pytest.mark.parametrize("version", [-1, 0, 3, 13, 18])
+@pytest.mark.parametrize("version", [-1, 0, 3, 19])
 def test_fetch_rejects_other_versions(version: int) -> None:
     data = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": []}
     with pytest.raises(ValueError, match=f"v{version}"):
@@ -333,6 +345,7 @@ produce_requests = st.fixed_dictionaries(
             st.tuples(
                 topic_names,
                 st.lists(st.tuples(i32s, st.none() | st.binary(max_size=300)), max_size=3),
+                topic_ids,
             ),
             max_size=3,
         ),
@@ -344,19 +357,20 @@ def kio_request_bytes(version: int, data: dict[str, Any]) -> bytes:
     """The body kio writes for `data` (a `produce_requests` example)."""
     cls = messages.request_class(PRODUCE, version)
     module = importlib.import_module(cls.__module__)
+    by_id = version >= 13
     request = cls(
         transactional_id=data["transactional_id"],
         acks=data["acks"],
         timeout=datetime.timedelta(milliseconds=data["timeout_ms"]),
         topic_data=tuple(
             module.TopicProduceData(
-                name=name,
+                **({"topic_id": topic_id} if by_id else {"name": name}),
                 partition_data=tuple(
                     module.PartitionProduceData(index=index, records=records)
                     for index, records in partitions
                 ),
             )
-            for name, partitions in data["topic_data"]
+            for name, partitions, topic_id in data["topic_data"]
         ),
     )
     return messages.encode(request)
@@ -373,13 +387,14 @@ def plain(request: Any) -> ProduceRequest:
         int(timeout),
         tuple(
             TopicProduceData(
-                topic.name,
+                getattr(topic, "name", ""),  # v13+: "" from us, no field in kio's
                 tuple(
                     PartitionProduceData(
                         int(p.index), None if p.records is None else bytes(p.records)
                     )
                     for p in topic.partition_data
                 ),
+                getattr(topic, "topic_id", None),
             )
             for topic in request.topic_data
         ),
@@ -419,7 +434,7 @@ def test_produce_request_decodes_as_kio_reads_it(
         assert decoded_by_both(version, frame[:end], len(prefix)) == (None, None)
 
 
-@pytest.mark.parametrize("version", [3, 8, 9, 12])
+@pytest.mark.parametrize("version", [3, 8, 9, 12, 13])
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_corrupted_produce_request_is_refused_or_read_as_kio_reads_it(
@@ -493,7 +508,7 @@ def test_produce_request_tagged_fields_are_skipped_at_every_level() -> None:
         decode_produce_request(FIRST_FLEXIBLE_PRODUCE, body[:-3] + b"\x01\x00\x09", 0)
 
 
-@pytest.mark.parametrize("version", [-1, 0, 2, 13])
+@pytest.mark.parametrize("version", [-1, 0, 2, 14])
 def test_produce_request_rejects_other_versions(version: int) -> None:
     with pytest.raises(ValueError, match="no fast ProduceRequest decoder"):
         decode_produce_request(version, b"", 0)
@@ -515,10 +530,13 @@ fetch_requests = st.fixed_dictionaries(
             st.tuples(
                 topic_names,
                 st.lists(st.tuples(i32s, i32s, i64s, i32s, i64s, i32s), max_size=3),
+                topic_ids,
             ),
             max_size=3,
         ),
-        "forgotten": st.lists(st.tuples(topic_names, st.lists(i32s, max_size=3)), max_size=2),
+        "forgotten": st.lists(
+            st.tuples(topic_names, st.lists(i32s, max_size=3), topic_ids), max_size=2
+        ),
         "rack_id": st.text(max_size=10),
     }
 )
@@ -534,31 +552,55 @@ def kio_fetch_bytes(version: int, data: dict[str, Any]) -> bytes:
         return entity(**{k: v for k, v in values.items() if k in names})
 
     topics = tuple(
-        make(module.FetchTopic, {
-            "topic": name,
-            "partitions": tuple(
-                make(module.FetchPartition, {
-                    "partition": p, "current_leader_epoch": epoch, "fetch_offset": offset,
-                    "last_fetched_epoch": last_epoch, "log_start_offset": start,
-                    "partition_max_bytes": max_bytes,
-                })
-                for p, epoch, offset, last_epoch, start, max_bytes in partitions
-            ),
-        })
-        for name, partitions in data["topics"]
+        make(
+            module.FetchTopic,
+            {
+                "topic": name,
+                "topic_id": topic_id,
+                "partitions": tuple(
+                    make(
+                        module.FetchPartition,
+                        {
+                            "partition": p,
+                            "current_leader_epoch": epoch,
+                            "fetch_offset": offset,
+                            "last_fetched_epoch": last_epoch,
+                            "log_start_offset": start,
+                            "partition_max_bytes": max_bytes,
+                        },
+                    )
+                    for p, epoch, offset, last_epoch, start, max_bytes in partitions
+                ),
+            },
+        )
+        for name, partitions, topic_id in data["topics"]
     )
-    forgotten = tuple(
-        make(module.ForgottenTopic, {"topic": name, "partitions": tuple(partitions)})
-        for name, partitions in data["forgotten"]
-    ) if hasattr(module, "ForgottenTopic") else ()
-    request = make(cls, {
-        "replica_id": data["replica_id"],
-        "max_wait": datetime.timedelta(milliseconds=data["max_wait_ms"]),
-        "min_bytes": data["min_bytes"], "max_bytes": data["max_bytes"],
-        "isolation_level": data["isolation_level"],
-        "session_id": data["session_id"], "session_epoch": data["session_epoch"],
-        "topics": topics, "forgotten_topics_data": forgotten, "rack_id": data["rack_id"],
-    })
+    forgotten = (
+        tuple(
+            make(
+                module.ForgottenTopic,
+                {"topic": name, "topic_id": topic_id, "partitions": tuple(partitions)},
+            )
+            for name, partitions, topic_id in data["forgotten"]
+        )
+        if hasattr(module, "ForgottenTopic")
+        else ()
+    )
+    request = make(
+        cls,
+        {
+            "replica_id": data["replica_id"],
+            "max_wait": datetime.timedelta(milliseconds=data["max_wait_ms"]),
+            "min_bytes": data["min_bytes"],
+            "max_bytes": data["max_bytes"],
+            "isolation_level": data["isolation_level"],
+            "session_id": data["session_id"],
+            "session_epoch": data["session_epoch"],
+            "topics": topics,
+            "forgotten_topics_data": forgotten,
+            "rack_id": data["rack_id"],
+        },
+    )
     return messages.encode(request)
 
 
@@ -574,7 +616,8 @@ def plain_fetch(request: Any) -> tuple[Any, ...]:
         int(getattr(request, "session_epoch", -1)),
         tuple(
             (
-                topic.topic,
+                getattr(topic, "topic", ""),  # v13+: "" from us, no field in kio's
+                getattr(topic, "topic_id", None),
                 tuple(
                     (
                         int(p.partition),
@@ -619,7 +662,7 @@ def test_fetch_request_decodes_as_kio_reads_it(
         assert fetch_decoded_by_both(version, frame[:end], len(prefix)) == (None, None)
 
 
-@pytest.mark.parametrize("version", [4, 7, 11, 12])
+@pytest.mark.parametrize("version", [4, 7, 11, 12, 13, 15, 18])
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_corrupted_fetch_request_is_refused_or_read_as_kio_reads_it(
@@ -651,6 +694,7 @@ def test_corrupted_fetch_request_is_refused_or_read_as_kio_reads_it(
 
 def test_fetch_request_tagged_fields_are_skipped_and_an_oversized_array_refused() -> None:
     tags = b"\x01" + b"\x00\x03abc"  # one field: tag 0 (cluster_id), 3 bytes
+    # fmt: off
     body = (
         struct.pack(">iiiib", -1, 500, 1, 1 << 20, 0)
         + struct.pack(">ii", 0, -1)
@@ -661,15 +705,22 @@ def test_fetch_request_tagged_fields_are_skipped_and_an_oversized_array_refused(
         + b"\x01"  # rack ""
         + tags  # the request's
     )
+    # fmt: on
     ours = decode_fetch_request(FIRST_FLEXIBLE_FETCH, body, 0)
     assert plain_fetch(ours) == (
-        datetime.timedelta(milliseconds=500), 1, 1 << 20, 0, 0, -1, (("t", ((3, 7, 42, 65536),)),)
+        datetime.timedelta(milliseconds=500),
+        1,
+        1 << 20,
+        0,
+        0,
+        -1,
+        (("t", None, ((3, 7, 42, 65536),)),),
     )
     with pytest.raises(messages.DecodeError, match="array"):
         decode_fetch_request(FIRST_FLEXIBLE_FETCH, body[:25] + b"\x80\x80\x80\x80\x0f", 0)
 
 
-@pytest.mark.parametrize("version", [-1, 3, 13])
+@pytest.mark.parametrize("version", [-1, 3, 19])
 def test_fetch_request_rejects_other_versions(version: int) -> None:
     with pytest.raises(ValueError, match="no fast FetchRequest decoder"):
         decode_fetch_request(version, b"", 0)
@@ -717,7 +768,7 @@ def _full_data(api_key: int) -> dict[str, Any]:
     if api_key == PRODUCE:
         error = {"batch_index": 1, "batch_index_error_message": "bad"}
         partition = produce_partition(record_errors=[error], error_message="refused")
-        topic = {"name": "t", "partition_responses": [partition]}
+        topic = {"name": "t", "topic_id": EVENTS_ID, "partition_responses": [partition]}
         return {"responses": [topic], "throttle_time": 0}
     aborted = [{"producer_id": 7, "first_offset": 3}]
     return fetch_data_of(fetch_partition(aborted_transactions=aborted, records=b"abc"))
@@ -756,7 +807,7 @@ def test_every_key_the_encoders_read_is_a_known_field(api_key: int, version: int
         assert names <= known[path], (path, names - known[path])
 
 
-@pytest.mark.parametrize(("api_key", "version"), [(PRODUCE, 12), (FETCH, 12)])
+@pytest.mark.parametrize(("api_key", "version"), [(PRODUCE, 13), (FETCH, 18)])
 def test_at_their_newest_version_the_encoders_read_every_untagged_field(
     api_key: int, version: int
 ) -> None:

@@ -65,9 +65,7 @@ def kio_values(hint: Any) -> st.SearchStrategy[Any]:
     """Values of a kio type hint, nested entities and nullable arrays included."""
     if _is_entity(hint):
         hints = typing.get_type_hints(hint)
-        fields = {
-            f.name: kio_values(hints[f.name]) for f in dataclasses.fields(hint)
-        }
+        fields = {f.name: kio_values(hints[f.name]) for f in dataclasses.fields(hint)}
         return st.builds(hint, **fields)
     origin = typing.get_origin(hint)
     if origin is tuple:
@@ -75,10 +73,7 @@ def kio_values(hint: Any) -> st.SearchStrategy[Any]:
         return st.lists(kio_values(element), max_size=3).map(tuple)
     if origin in (typing.Union, types.UnionType):
         return st.one_of(
-            *(
-                st.none() if arg is type(None) else kio_values(arg)
-                for arg in typing.get_args(hint)
-            )
+            *(st.none() if arg is type(None) else kio_values(arg) for arg in typing.get_args(hint))
         )
     if hint is Records:
         return st.binary(max_size=64)
@@ -359,6 +354,7 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
         "responses": [
             {
                 "name": "orders",
+                "topic_id": uuid.UUID("0f9e8d7c-6b5a-4938-8271-605f4e3d2c1b"),
                 "partition_responses": [
                     {
                         "index": 0,
@@ -399,6 +395,7 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
         "responses": [
             {
                 "topic": "orders",
+                "topic_id": uuid.UUID("0f9e8d7c-6b5a-4938-8271-605f4e3d2c1b"),
                 "partitions": [
                     {
                         "partition_index": 0,
@@ -540,9 +537,7 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
     13: {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
-        "members": [
-            {"member_id": "m-1", "group_instance_id": None, "error_code": ErrorCode.none}
-        ],
+        "members": [{"member_id": "m-1", "group_instance_id": None, "error_code": ErrorCode.none}],
     },
     14: {
         "throttle_time": 0,
@@ -808,9 +803,7 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
         "member_id": "m-1",
         "member_epoch": 3,
         "heartbeat_interval": 5000,
-        "assignment": {
-            "topic_partitions": [{"topic_id": _TOPIC_ID, "partitions": [0, 1]}]
-        },
+        "assignment": {"topic_partitions": [{"topic_id": _TOPIC_ID, "partitions": [0, 1]}]},
     },
     69: {
         "throttle_time": 0,
@@ -870,9 +863,7 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
         "member_id": "m-1",
         "member_epoch": 2,
         "heartbeat_interval": 5000,
-        "assignment": {
-            "topic_partitions": [{"topic_id": _TOPIC_ID, "partitions": [0, 1]}]
-        },
+        "assignment": {"topic_partitions": [{"topic_id": _TOPIC_ID, "partitions": [0, 1]}]},
     },
     77: {
         "throttle_time": 0,
@@ -945,6 +936,120 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
         ],
         "node_endpoints": [],
     },
+    # The single-node cluster APIs (apis/cluster.py).
+    34: {
+        "throttle_time": 0,
+        "results": [
+            {
+                "topic_name": "orders",
+                "partitions": [
+                    {"partition_index": 0, "error_code": ErrorCode.none},
+                    {"partition_index": 1, "error_code": ErrorCode.log_dir_not_found},
+                ],
+            }
+        ],
+    },
+    43: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "replica_election_results": [
+            {
+                "topic": "orders",
+                "partition_result": [
+                    {
+                        "partition_id": 0,
+                        "error_code": ErrorCode.election_not_needed,
+                        "error_message": "the leader is already the preferred and only replica",
+                    }
+                ],
+            }
+        ],
+    },
+    45: {
+        "throttle_time": 0,
+        "allow_replication_factor_change": True,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "responses": [
+            {
+                "name": "orders",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": ErrorCode.invalid_replica_assignment,
+                        "error_message": "broker 2 is not registered",
+                    }
+                ],
+            }
+        ],
+    },
+    46: {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": []},
+    55: {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "topics": [
+            {
+                "topic_name": "__cluster_metadata",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": ErrorCode.none,
+                        "error_message": None,
+                        "leader_id": 1,
+                        "leader_epoch": 1,
+                        "high_watermark": 0,
+                        "current_voters": [
+                            {
+                                "replica_id": 1,
+                                "replica_directory_id": None,
+                                "log_end_offset": 0,
+                                "last_fetch_timestamp": 1_700_000_000_123,
+                                "last_caught_up_timestamp": 1_700_000_000_123,
+                            }
+                        ],
+                        "observers": [],
+                    }
+                ],
+            }
+        ],
+        "nodes": [
+            {
+                "node_id": 1,
+                "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9092}],
+            }
+        ],
+    },
+    74: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "config_resources": [{"resource_name": "orders", "resource_type": 2}],
+    },
+    75: {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "error_code": ErrorCode.none,
+                "name": "orders",
+                "topic_id": uuid.UUID("0f9e8d7c-6b5a-4938-8271-605f4e3d2c1b"),
+                "is_internal": False,
+                "partitions": [
+                    {
+                        "error_code": ErrorCode.none,
+                        "partition_index": 0,
+                        "leader_id": 1,
+                        "leader_epoch": 0,
+                        "replica_nodes": [1],
+                        "isr_nodes": [1],
+                        "eligible_leader_replicas": [],
+                        "last_known_elr": [],
+                        "offline_replicas": [],
+                    }
+                ],
+                "topic_authorized_operations": 3576,
+            }
+        ],
+        "next_cursor": {"topic_name": "orders", "partition_index": 1},
+    },
 }
 
 
@@ -992,7 +1097,8 @@ def _produce_data(log_append_time: Any) -> dict[str, Any]:
         "log_append_time": log_append_time,
         "record_errors": [],
     }
-    return {"responses": [{"name": "t", "partition_responses": [partition]}]}
+    topic = {"name": "t", "topic_id": uuid.UUID(int=7), "partition_responses": [partition]}
+    return {"responses": [topic]}
 
 
 def _only_partition(response: Any) -> Any:
@@ -1128,7 +1234,7 @@ def _fetch_data(aborted_transactions: Any) -> dict[str, Any]:
         "aborted_transactions": aborted_transactions,
         "records": b"",
     }
-    topic = {"topic": "t", "partitions": [partition]}
+    topic = {"topic": "t", "topic_id": uuid.UUID(int=7), "partitions": [partition]}
     return {"throttle_time": 0, "error_code": ErrorCode.none, "responses": [topic]}
 
 

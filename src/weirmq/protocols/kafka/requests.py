@@ -43,6 +43,8 @@ class FetchPartition(Protocol):
 
 class FetchTopic(Protocol):
     topic: str
+    """From v13, "" until the handler finds the topic of `topic_id` (it sets it)."""
+    topic_id: uuid.UUID | None
     partitions: Sequence[FetchPartition]
 
 
@@ -500,12 +502,100 @@ class ShareAcknowledgeRequest(Protocol):
     topics: Sequence[ShareAckTopic]
 
 
+# --- single-node cluster admin (apis/cluster.py) -------------------------------------------
+
+
+class TopicPartitionsEntry(Protocol):
+    topic: str
+    partitions: Sequence[int]
+
+
+class ElectLeadersRequest(Protocol):
+    election_type: int
+    topic_partitions: Sequence[TopicPartitionsEntry] | None
+
+
+class ReplicaLogDirTopic(Protocol):
+    name: str
+    partitions: Sequence[int]
+
+
+class ReplicaLogDir(Protocol):
+    path: str
+    topics: Sequence[ReplicaLogDirTopic]
+
+
+class AlterReplicaLogDirsRequest(Protocol):
+    dirs: Sequence[ReplicaLogDir]
+
+
+class ReassignablePartition(Protocol):
+    partition_index: int
+    replicas: Sequence[int] | None
+
+
+class ReassignableTopic(Protocol):
+    name: str
+    partitions: Sequence[ReassignablePartition]
+
+
+class AlterPartitionReassignmentsRequest(Protocol):
+    allow_replication_factor_change: bool
+    topics: Sequence[ReassignableTopic]
+
+
+class ListReassignmentsTopic(Protocol):
+    name: str
+    partition_indexes: Sequence[int]
+
+
+class ListPartitionReassignmentsRequest(Protocol):
+    topics: Sequence[ListReassignmentsTopic] | None
+
+
+class QuorumPartition(Protocol):
+    partition_index: int
+
+
+class QuorumTopic(Protocol):
+    topic_name: str
+    partitions: Sequence[QuorumPartition]
+
+
+class DescribeQuorumRequest(Protocol):
+    topics: Sequence[QuorumTopic]
+
+
+class TopicRequest(Protocol):
+    name: str
+
+
+class PartitionsCursor(Protocol):
+    topic_name: str
+    partition_index: int
+
+
+class DescribeTopicPartitionsRequest(Protocol):
+    topics: Sequence[TopicRequest]
+    response_partition_limit: int
+    cursor: PartitionsCursor | None
+
+
+class ListConfigResourcesRequest(Protocol):
+    resource_types: Sequence[int]
+
+
 # --- what absent fields read ----------------------------------------------------------------
 
 ABSENT: dict[int, dict[FieldPath, Any]] = {
     # Fetch: sessions from v7, the leader-epoch fence from v9.
-    1: {("session_id",): 0, ("session_epoch",): -1,
-        ("topics", "partitions", "current_leader_epoch"): -1},
+    1: {
+        ("session_id",): 0,
+        ("session_epoch",): -1,
+        ("topics", "partitions", "current_leader_epoch"): -1,
+        ("topics", "topic"): "",
+        ("topics", "topic_id"): None,
+    },
     # ListOffsets: the leader-epoch fence from v4.
     2: {("topics", "partitions", "current_leader_epoch"): -1},
     # Metadata: v0-3 always auto-create; topic ids from v10; operations from v8.
@@ -548,6 +638,12 @@ ABSENT: dict[int, dict[FieldPath, Any]] = {
     60: {("endpoint_type",): 1},
     # ConsumerGroupHeartbeat: regular-expression subscriptions from v1.
     68: {("subscribed_topic_regex",): None},
+    # ElectLeaders: the election type from v1 (v0 elects the preferred leader, 0).
+    43: {("election_type",): 0},
+    # AlterPartitionReassignments: KIP-1074's replication factor switch from v1.
+    45: {("allow_replication_factor_change",): True},
+    # ListConfigResources: v0 (ListClientMetricsResources) lists client metrics only.
+    74: {("resource_types",): (16,)},
 }
 """Per API key, the value a field reads in versions that lack it, by its path."""
 
@@ -626,6 +722,13 @@ PROTOCOLS: Mapping[int, type[Any]] = {
     77: ShareGroupDescribeRequest,
     78: ShareFetchRequest,
     79: ShareAcknowledgeRequest,
+    34: AlterReplicaLogDirsRequest,
+    43: ElectLeadersRequest,
+    45: AlterPartitionReassignmentsRequest,
+    46: ListPartitionReassignmentsRequest,
+    55: DescribeQuorumRequest,
+    74: ListConfigResourcesRequest,
+    75: DescribeTopicPartitionsRequest,
 }
 """The typed view of each API's request (Produce has its own decoder, `wire.fast`), for
 the test that checks the views against kio's classes."""

@@ -22,10 +22,17 @@ Offsets outside [log start, log end] get OFFSET_OUT_OF_RANGE together with the l
 and high watermark, which the client's auto.offset.reset needs (the high watermark is
 the partition's: see broker/partition.py). There are no transactions yet, so the last
 stable offset is the high watermark and read_committed sees what read_uncommitted sees.
+
+From v13 on (KIP-516) topics are named by id, both ways: each id is looked up once, at
+the start, and a partition of an id no topic has is answered UNKNOWN_TOPIC_ID. What v15
+to v18 add is for followers (their replica state, directory id and high watermark, in
+tagged fields a consumer leaves out) and leader discovery (KIP-951), which a one-broker
+cluster never needs: the leader never moves.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable
 from typing import Any
 
@@ -35,6 +42,7 @@ from ....records.batch import count_records
 from ....storage.errors import OffsetOutOfRangeError
 from ....types import RequestContext, TopicPartition
 from ..requests import FetchPartition, FetchRequest
+from ..wire.fast import FETCH_FIRST_TOPIC_ID
 
 FETCH_WAIT_MAX_MS = 30_000
 """Cap on a client's max_wait_ms, so a long poll never outlives typical request timeouts."""
@@ -61,6 +69,8 @@ def handle_fetch(
     if session_epoch not in (_INITIAL_EPOCH, _FINAL_EPOCH):
         # An incremental fetch: whatever its session id, we hold no such session.
         return _top_level_error(ErrorCode.fetch_session_id_not_found)
+    if version >= FETCH_FIRST_TOPIC_ID:
+        _name_topics(broker, request)
     result, found_bytes, failed = _read_all(broker, request)
     max_wait_ms = min(int(request.max_wait.total_seconds() * 1000), FETCH_WAIT_MAX_MS)
     if failed or found_bytes >= int(request.min_bytes) or max_wait_ms <= 0 or broker.closing:
@@ -68,8 +78,20 @@ def handle_fetch(
     return _long_poll(broker, request, broker.clock() + max_wait_ms)
 
 
+def _name_topics(broker: Broker, request: FetchRequest) -> None:
+    """Each topic's name from its id; an unknown id keeps the empty name (`_read_one`)."""
+    for topic in request.topics:
+        found = broker.topics.by_id(topic.topic_id) if topic.topic_id is not None else None
+        topic.topic = "" if found is None else found.name
+
+
 async def _long_poll(broker: Broker, request: FetchRequest, deadline_ms: int) -> dict[str, Any]:
-    tps = [TopicPartition(t.topic, int(p.partition)) for t in request.topics for p in t.partitions]
+    tps = [
+        TopicPartition(t.topic, int(p.partition))
+        for t in request.topics
+        if t.topic
+        for p in t.partitions
+    ]
     while True:
         waiting = broker.wait_for_data(tps, deadline_ms)
         if waiting is not None:
@@ -80,8 +102,8 @@ async def _long_poll(broker: Broker, request: FetchRequest, deadline_ms: int) ->
             return _response(broker, result)
 
 
-_Read = list[tuple[str, list["_Partition"]]]
-"""Per topic in request order, its partitions' answers."""
+_Read = list[tuple[str, uuid.UUID | None, list["_Partition"]]]
+"""Per topic in request order, its name, its id (v13+) and its partitions' answers."""
 
 
 def _read_all(broker: Broker, request: FetchRequest) -> tuple[_Read, int, bool]:
@@ -94,11 +116,14 @@ def _read_all(broker: Broker, request: FetchRequest) -> tuple[_Read, int, bool]:
         for wanted in topic.partitions:
             partition = _Partition(int(wanted.partition))
             limit = min(int(wanted.partition_max_bytes), budget - found)
-            _read_one(broker, topic.topic, wanted, partition, limit, first=found == 0)
+            if topic.topic:
+                _read_one(broker, topic.topic, wanted, partition, limit, first=found == 0)
+            else:  # v13+, an id no topic has
+                partition.error = ErrorCode.unknown_topic_id
             found += len(partition.records)
             failed = failed or partition.error is not ErrorCode.none
             partitions.append(partition)
-        result.append((topic.topic, partitions))
+        result.append((topic.topic, topic.topic_id, partitions))
     return result, found, failed
 
 
@@ -147,8 +172,8 @@ def _top_level_error(code: ErrorCode) -> dict[str, Any]:
     return {"error_code": code, "session_id": 0, "responses": []}
 
 
-def _count_out(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> None:
-    for topic, partitions in result:
+def _count_out(broker: Broker, result: _Read) -> None:
+    for topic, _topic_id, partitions in result:
         sent = [p.records for p in partitions if p.records]
         if sent:
             stats = broker.stats.topic(topic)
@@ -156,7 +181,7 @@ def _count_out(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> No
             stats.records_out += sum(count_records(r) for r in sent)
 
 
-def _response(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> dict[str, Any]:
+def _response(broker: Broker, result: _Read) -> dict[str, Any]:
     _count_out(broker, result)
     return {
         "error_code": ErrorCode.none,
@@ -164,6 +189,7 @@ def _response(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> dic
         "responses": [
             {
                 "topic": topic,
+                "topic_id": topic_id,
                 "partitions": [
                     {
                         "partition_index": p.index,
@@ -178,6 +204,6 @@ def _response(broker: Broker, result: list[tuple[str, list[_Partition]]]) -> dic
                     for p in partitions
                 ],
             }
-            for topic, partitions in result
+            for topic, topic_id, partitions in result
         ],
     }

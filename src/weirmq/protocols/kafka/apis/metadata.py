@@ -37,8 +37,11 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 """Kafka's value for "not requested" in the authorized-operations fields."""
 # Every topic operation (Kafka's AclOperation codes 3..11 without CLUSTER_ACTION 9 and
 # IDEMPOTENT_WRITE 12): there is no authorization yet, so everything is allowed.
-_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+# Kafka's seven cluster operations (CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
+# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12), as DescribeCluster gives
+# them; WRITE is not one (Metadata v8-v10 asked for them too).
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 def handle_metadata(
@@ -56,7 +59,7 @@ def handle_metadata(
     include_cluster_ops = bool(request.include_cluster_authorized_operations)
     for topic in topics:
         topic["topic_authorized_operations"] = (
-            _TOPIC_OPERATIONS if include_topic_ops else AUTHORIZED_OPERATIONS_OMITTED
+            TOPIC_OPERATIONS if include_topic_ops else AUTHORIZED_OPERATIONS_OMITTED
         )
     return {
         "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],

@@ -7,7 +7,12 @@ ListOffsets maps a timestamp to an offset per partition. Negative timestamps are
     -2 EARLIEST           the log start
     -3 MAX_TIMESTAMP      the first record carrying the largest timestamp (v7+)
     -4 EARLIEST_LOCAL     the log start: every segment is local (v8+)
-    -5 EARLIEST_PENDING_UPLOAD  nothing is ever pending upload: no offset (v9+)
+    -5 LATEST_TIERED      nothing is in remote storage: no offset (v9+, KIP-1005)
+    -6 EARLIEST_PENDING_UPLOAD  nothing is ever pending upload: no offset (v11+, KIP-1023)
+
+"No offset" is offset -1, timestamp -1: Kafka's answer for a topic without tiered
+storage. v10 adds a timeout for answers that wait on remote storage (KIP-1075); every
+answer here is local, so it is never waited for.
 
 A timestamp >= 0 finds the first record whose timestamp is at least that; when there is
 none the answer is offset -1, timestamp -1, as in Kafka.
@@ -32,7 +37,8 @@ from ..requests import (
     OffsetForLeaderEpochRequest,
 )
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6
 UNDEFINED = -1
 
 
@@ -70,8 +76,8 @@ def _list_one(broker: Broker, topic: str, wanted: ListOffsetsPartition) -> dict[
             answer["offset"] = partition.high_watermark
         elif timestamp in (EARLIEST, EARLIEST_LOCAL):
             answer["offset"] = partition_log.log_start_offset
-        elif timestamp == EARLIEST_PENDING_UPLOAD:
-            pass
+        elif timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+            pass  # no remote storage: no offset
         elif timestamp == MAX_TIMESTAMP:
             found = partition_log.max_timestamp_offset()
             if found is not None:

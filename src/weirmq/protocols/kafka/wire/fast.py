@@ -10,19 +10,24 @@ Tests check them byte for byte against kio for every version and random data.
 Layouts (body only, no response header; ints big-endian; `[x]` is an array of x;
 `(tags)` is an empty tagged-field section, one 0 byte, in flexible versions only):
 
-    ProduceResponse  [topic: name [partition] (tags)] throttle_time:i32 (tags)
+    ProduceResponse  [topic: name (v13+ topic_id:uuid) [partition] (tags)]
+                     throttle_time:i32 (tags)
     partition        index:i32 error_code:i16 base_offset:i64 log_append_time:i64
                      v5+ log_start_offset:i64
                      v8+ [record_error: batch_index:i32 message:nullable string (tags)]
                      v8+ error_message:nullable string
                      (tags)
     FetchResponse    throttle_time:i32 v7+ error_code:i16 session_id:i32
-                     [topic: name [partition] (tags)] (tags)
+                     [topic: name (v13+ topic_id:uuid) [partition] (tags)] (tags)
     partition        partition_index:i32 error_code:i16 high_watermark:i64
                      last_stable_offset:i64 v5+ log_start_offset:i64
                      [aborted: producer_id:i64 first_offset:i64 (tags)] (nullable)
                      v11+ preferred_read_replica:i32
                      records:nullable bytes (tags)
+
+From Produce v13 and Fetch v13 on (KIP-516), topics are named by their 16-byte id
+instead of their name, both ways; the decoders give the id (None for the zero id, as kio
+reads it) and an empty name, which the handlers look up.
 
 Flexible versions (Produce v9+, Fetch v12+) write lengths as unsigned varints of length+1
 (0 is null) and end every structure with a tagged-field section; the others use int16
@@ -51,8 +56,8 @@ fields are skipped, as Kafka skips the ones it does not know (ProduceRequest def
 up to v12); kio refused them.
 
     ProduceRequest   transactional_id:nullable string acks:i16 timeout_ms:i32
-                     [topic: name [partition: index:i32 records:nullable bytes (tags)]
-                     (tags)] (tags)
+                     [topic: name (v13+ topic_id:uuid)
+                      [partition: index:i32 records:nullable bytes (tags)] (tags)] (tags)
 
 A FetchRequest is small, but every consumer sends one per poll, so it is the other request
 on the hot path: `decode_fetch_request` reads it in one pass (kio's path costs a bounds
@@ -60,11 +65,12 @@ walk, the native read and the dataclasses of a tree: about half of a small fetch
 the broker). Same checks as for Produce; what the broker does not use (replica id,
 forgotten topics of a fetch session, which it declines, the rack) is checked and skipped.
 
-    FetchRequest     replica_id:i32 max_wait_ms:i32 min_bytes:i32 max_bytes:i32
-                     isolation_level:i8 v7+ session_id:i32 session_epoch:i32
-                     [topic: name [partition (tags)] (tags)]
-                     v7+ [forgotten: name [partition:i32] (tags)]
-                     v11+ rack_id:string (tags)
+    FetchRequest     (until v14: replica_id:i32) max_wait_ms:i32 min_bytes:i32
+                     max_bytes:i32 isolation_level:i8 v7+ session_id:i32 session_epoch:i32
+                     [topic: name (v13+ topic_id:uuid) [partition (tags)] (tags)]
+                     v7+ [forgotten: name (v13+ topic_id:uuid) [partition:i32] (tags)]
+                     v11+ rack_id:string (tags: v15+ replica_state, v17+ its directory
+                     id, v18+ the follower's high watermark; a consumer sends none)
     partition        partition:i32 v9+ current_leader_epoch:i32 fetch_offset:i64
                      v12+ last_fetched_epoch:i32 v5+ log_start_offset:i64
                      partition_max_bytes:i32
@@ -74,6 +80,7 @@ from __future__ import annotations
 
 import datetime
 import struct
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -97,12 +104,17 @@ __all__ = [
     "encode_produce_response",
 ]
 
-PRODUCE_VERSIONS: Final = range(3, 13)
-FETCH_VERSIONS: Final = range(4, 13)
+PRODUCE_VERSIONS: Final = range(3, 14)
+FETCH_VERSIONS: Final = range(4, 19)
 INLINE_RECORDS_BYTES_MAX: Final = 1024
 
 _PRODUCE_FIRST_FLEXIBLE: Final = 9
 _FETCH_FIRST_FLEXIBLE: Final = 12
+PRODUCE_FIRST_TOPIC_ID: Final = 13
+FETCH_FIRST_TOPIC_ID: Final = 13
+"""The first versions that name topics by id only (KIP-516)."""
+_FETCH_FIRST_WITHOUT_REPLICA_ID: Final = 15
+_ZERO_UUID: Final = bytes(16)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -178,7 +190,8 @@ _I32_I32 = struct.Struct(">ii")  # a partition's index and, in legacy versions, 
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, which made
-# building these a measurable part of a small request. Nothing writes to them.
+# building these a measurable part of a small request. Only one thing writes to them: from
+# Produce v13 and Fetch v13 on, the handlers set each topic's name from its id.
 
 
 @dataclass(slots=True)
@@ -191,7 +204,10 @@ class PartitionProduceData:
 @dataclass(slots=True)
 class TopicProduceData:
     name: str
+    """Empty from v13 on, until the handler looks the id up."""
     partition_data: tuple[PartitionProduceData, ...]
+    topic_id: uuid.UUID | None = None
+    """v13+ only."""
 
 
 @dataclass(slots=True)
@@ -212,7 +228,7 @@ def decode_produce_request(version: int, frame: bytes | memoryview, offset: int)
     reader = _Reader(memoryview(frame).toreadonly(), offset)
     try:
         if version >= _PRODUCE_FIRST_FLEXIBLE:
-            return _produce_request_flexible(reader)
+            return _produce_request_flexible(reader, by_id=version >= PRODUCE_FIRST_TOPIC_ID)
         return _produce_request_legacy(reader)
     except (struct.error, UnicodeDecodeError, HeaderError) as exc:
         raise DecodeError(f"malformed ProduceRequest v{version}: {exc}") from exc
@@ -265,6 +281,11 @@ class _Reader:
         size = self.uvarint() - 1
         return None if size == -1 else str(self.take(size), "utf-8")
 
+    def uuid(self) -> uuid.UUID | None:
+        """A topic id; the zero id (Kafka's "none") is None, as kio reads it."""
+        raw = bytes(self.take(16))
+        return None if raw == _ZERO_UUID else uuid.UUID(bytes=raw)
+
     def skip_tags(self) -> None:
         for _ in range(self.count(self.uvarint())):
             self.uvarint()  # the tag: ProduceRequest defines none up to v12
@@ -293,13 +314,14 @@ def _produce_request_legacy(r: _Reader) -> ProduceRequest:
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topic_data))
 
 
-def _produce_request_flexible(r: _Reader) -> ProduceRequest:
+def _produce_request_flexible(r: _Reader, *, by_id: bool) -> ProduceRequest:
     transactional_id = r.compact_string()
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(r.buf, r.pos)
     r.pos += 6
     topic_data = []
     for _ in range(r.count(r.uvarint() - 1)):
-        name = r.compact_string()
+        topic_id = r.uuid() if by_id else None
+        name = "" if by_id else r.compact_string()
         if name is None:
             raise DecodeError(f"null topic name at {r.pos}")
         partition_data = []
@@ -311,7 +333,7 @@ def _produce_request_flexible(r: _Reader) -> ProduceRequest:
             r.skip_tags()
             partition_data.append(PartitionProduceData(index, records))
         r.skip_tags()
-        topic_data.append(TopicProduceData(name, tuple(partition_data)))
+        topic_data.append(TopicProduceData(name, tuple(partition_data), topic_id))
     r.skip_tags()
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topic_data))
 
@@ -319,6 +341,7 @@ def _produce_request_flexible(r: _Reader) -> ProduceRequest:
 # --- Fetch request ---------------------------------------------------------------------
 
 _FETCH_HEAD = struct.Struct(">iiiib")  # replica_id max_wait min_bytes max_bytes isolation
+_FETCH_HEAD_V15 = struct.Struct(">iiib")  # the same without replica_id
 _FETCH_SESSION = struct.Struct(">ii")
 _FETCH_REQUEST_PARTITION_V4 = struct.Struct(">iqi")  # partition fetch_offset partition_max_bytes
 _FETCH_REQUEST_PARTITION_V5 = struct.Struct(">iqqi")  # + log_start_offset
@@ -341,7 +364,10 @@ class FetchPartitionData:
 @dataclass(slots=True)
 class FetchTopicData:
     topic: str
+    """Empty from v13 on, until the handler looks the id up."""
     partitions: tuple[FetchPartitionData, ...]
+    topic_id: uuid.UUID | None = None
+    """v13+ only."""
 
 
 @dataclass(slots=True)
@@ -373,9 +399,14 @@ def decode_fetch_request(version: int, frame: bytes | memoryview, offset: int) -
 
 def _fetch_request(r: _Reader, version: int) -> FetchRequestData:
     flexible = version >= _FETCH_FIRST_FLEXIBLE
+    by_id = version >= FETCH_FIRST_TOPIC_ID
     buf = r.buf
-    _replica, max_wait_ms, min_bytes, max_bytes, isolation = _FETCH_HEAD.unpack_from(buf, r.pos)
-    r.pos += _FETCH_HEAD.size
+    if version >= _FETCH_FIRST_WITHOUT_REPLICA_ID:  # a follower's id went to a tag
+        max_wait_ms, min_bytes, max_bytes, isolation = _FETCH_HEAD_V15.unpack_from(buf, r.pos)
+        r.pos += _FETCH_HEAD_V15.size
+    else:
+        _, max_wait_ms, min_bytes, max_bytes, isolation = _FETCH_HEAD.unpack_from(buf, r.pos)
+        r.pos += _FETCH_HEAD.size
     session_id, session_epoch = _NO_SESSION_ID, _FINAL_SESSION_EPOCH
     if version >= 7:
         session_id, session_epoch = _FETCH_SESSION.unpack_from(buf, r.pos)
@@ -391,7 +422,11 @@ def _fetch_request(r: _Reader, version: int) -> FetchRequestData:
     unpack, size = layout.unpack_from, layout.size
     topics = []
     for _ in range(r.count(r.uvarint() - 1 if flexible else r.i32())):
-        name = r.compact_string() if flexible else r.legacy_string()
+        topic_id = r.uuid() if by_id else None
+        if by_id:
+            name: str | None = ""
+        else:
+            name = r.compact_string() if flexible else r.legacy_string()
         if name is None:
             raise DecodeError(f"null topic name at {r.pos}")
         partitions = []
@@ -413,10 +448,12 @@ def _fetch_request(r: _Reader, version: int) -> FetchRequestData:
             partitions.append(FetchPartitionData(index, epoch, fetch_offset, max_partition))
         if flexible:
             r.skip_tags()
-        topics.append(FetchTopicData(name, tuple(partitions)))
+        topics.append(FetchTopicData(name, tuple(partitions), topic_id))
     if version >= 7:  # forgotten topics: only meaningful in a session, which we decline
         for _ in range(r.count(r.uvarint() - 1 if flexible else r.i32())):
-            if (r.compact_string() if flexible else r.legacy_string()) is None:
+            if by_id:
+                r.take(16)
+            elif (r.compact_string() if flexible else r.legacy_string()) is None:
                 raise DecodeError(f"null topic name at {r.pos}")
             count = r.count(r.uvarint() - 1 if flexible else r.i32())
             r.take(4 * count)
@@ -438,7 +475,7 @@ def _fetch_request(r: _Reader, version: int) -> FetchRequestData:
 
 
 def encode_produce_response(version: int, data: Mapping[str, Any]) -> bytes:
-    """The body of a ProduceResponse of `version` (3..12), byte for byte what
+    """The body of a ProduceResponse of `version` (3..13), byte for byte what
     `messages.encode(messages.build_response(0, version, data))` writes.
 
     `data` has the shape the produce handler returns; every key it fills is read (the
@@ -447,7 +484,7 @@ def encode_produce_response(version: int, data: Mapping[str, Any]) -> bytes:
     if version not in PRODUCE_VERSIONS:
         raise ValueError(f"no fast ProduceResponse encoder for v{version}")
     if version >= _PRODUCE_FIRST_FLEXIBLE:
-        return _produce_flexible(data)
+        return _produce_flexible(data, by_id=version >= PRODUCE_FIRST_TOPIC_ID)
     return _produce_legacy(version, data)
 
 
@@ -487,7 +524,7 @@ def _legacy_record_errors(errors: Sequence[Mapping[str, Any]]) -> bytes:
     return b"".join(out)
 
 
-def _produce_flexible(data: Mapping[str, Any]) -> bytes:
+def _produce_flexible(data: Mapping[str, Any], *, by_id: bool) -> bytes:
     pack_plain = _PRODUCE_PARTITION_FLEXIBLE_PLAIN.pack
     small = _SMALL_UVARINTS
     topics = data["responses"]
@@ -496,10 +533,13 @@ def _produce_flexible(data: Mapping[str, Any]) -> bytes:
     append = out.append
     for topic in topics:
         partitions = topic["partition_responses"]
-        name = topic["name"].encode()
-        n = len(name) + 1
-        append(small[n] if n < 128 else _uvarint(n))
-        append(name)
+        if by_id:
+            append(_uuid_bytes(topic["topic_id"]))
+        else:
+            name = topic["name"].encode()
+            n = len(name) + 1
+            append(small[n] if n < 128 else _uvarint(n))
+            append(name)
         n = len(partitions) + 1
         append(small[n] if n < 128 else _uvarint(n))
         for p in partitions:
@@ -540,7 +580,7 @@ def _compact_record_errors(errors: Sequence[Mapping[str, Any]]) -> bytes:
 
 
 def encode_fetch_response(version: int, data: Mapping[str, Any]) -> list[bytes | memoryview]:
-    """The body of a FetchResponse of `version` (4..12) as buffers to write in order;
+    """The body of a FetchResponse of `version` (4..18) as buffers to write in order;
     joined, byte for byte what `messages.encode(messages.build_response(1, version, data))`
     writes. Records longer than INLINE_RECORDS_BYTES_MAX are list items of their own, the
     very objects found in `data`; everything else is in `bytes` between them.
@@ -551,7 +591,7 @@ def encode_fetch_response(version: int, data: Mapping[str, Any]) -> list[bytes |
     if version not in FETCH_VERSIONS:
         raise ValueError(f"no fast FetchResponse encoder for v{version}")
     if version >= _FETCH_FIRST_FLEXIBLE:
-        return _fetch_flexible(data)
+        return _fetch_flexible(data, by_id=version >= FETCH_FIRST_TOPIC_ID)
     return _fetch_legacy(version, data)
 
 
@@ -603,7 +643,7 @@ def _legacy_aborted(aborted: Sequence[Mapping[str, Any]]) -> bytes:
     return b"".join(out)
 
 
-def _fetch_flexible(data: Mapping[str, Any]) -> list[bytes | memoryview]:
+def _fetch_flexible(data: Mapping[str, Any], *, by_id: bool) -> list[bytes | memoryview]:
     pack_plain = _FETCH_PARTITION_FLEXIBLE_PLAIN.pack
     small = _SMALL_UVARINTS
     topics = data["responses"]
@@ -615,10 +655,13 @@ def _fetch_flexible(data: Mapping[str, Any]) -> list[bytes | memoryview]:
     ]
     for topic in topics:
         partitions = topic["partitions"]
-        name = topic["topic"].encode()
-        n = len(name) + 1
-        out.append(small[n] if n < 128 else _uvarint(n))
-        out.append(name)
+        if by_id:
+            out.append(_uuid_bytes(topic["topic_id"]))
+        else:
+            name = topic["topic"].encode()
+            n = len(name) + 1
+            out.append(small[n] if n < 128 else _uvarint(n))
+            out.append(name)
         n = len(partitions) + 1
         out.append(small[n] if n < 128 else _uvarint(n))
         for p in partitions:
@@ -653,6 +696,10 @@ def _fetch_flexible(data: Mapping[str, Any]) -> list[bytes | memoryview]:
     out.append(_NO_TAGS)
     parts.append(b"".join(out))
     return parts
+
+
+def _uuid_bytes(topic_id: uuid.UUID | None) -> bytes:
+    return _ZERO_UUID if topic_id is None else topic_id.bytes
 
 
 def _compact_aborted(aborted: Sequence[Mapping[str, Any]]) -> bytes:

@@ -98,6 +98,17 @@ def response_class(api_key: int, version: int) -> type[Any]:
     return _load_class(EntityType.response, api_key, version)
 
 
+@cache
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key ("Produce", "ListOffsets"), from kio's table of them."""
+    from kio.schema.index import api_key_map  # see the docstring
+
+    name = api_key_map.get(api_key)
+    if name is None:
+        return f"Unknown{api_key}"
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
 def _load_class(kind: EntityType, api_key: int, version: int) -> type[Any]:
     """kio's class; raises kio's `KioIndexError` for a version or API it does not have."""
     from kio.index import load_request_schema, load_response_schema  # see the docstring
