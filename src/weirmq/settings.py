@@ -683,6 +683,78 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         minimum=1, maximum=10_000,
     ),
     SettingSpec(
+        "group_consumer_min_session_timeout_ms", INTEGER,
+        "group.consumer.min.session.timeout.ms",
+        "shortest consumer.session.timeout.ms a group config may set",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_consumer_max_session_timeout_ms", INTEGER,
+        "group.consumer.max.session.timeout.ms",
+        "longest consumer.session.timeout.ms a group config may set",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_consumer_min_heartbeat_interval_ms", INTEGER,
+        "group.consumer.min.heartbeat.interval.ms",
+        "shortest consumer.heartbeat.interval.ms a group config may set",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_consumer_max_heartbeat_interval_ms", INTEGER,
+        "group.consumer.max.heartbeat.interval.ms",
+        "longest consumer.heartbeat.interval.ms a group config may set",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_share_min_session_timeout_ms", INTEGER,
+        "group.share.min.session.timeout.ms",
+        "shortest share.session.timeout.ms a group config may set",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_share_max_session_timeout_ms", INTEGER,
+        "group.share.max.session.timeout.ms",
+        "longest share.session.timeout.ms a group config may set",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_share_min_heartbeat_interval_ms", INTEGER,
+        "group.share.min.heartbeat.interval.ms",
+        "shortest share.heartbeat.interval.ms a group config may set",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_share_max_heartbeat_interval_ms", INTEGER,
+        "group.share.max.heartbeat.interval.ms",
+        "longest share.heartbeat.interval.ms a group config may set",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "group_share_min_record_lock_duration_ms", INTEGER,
+        "group.share.min.record.lock.duration.ms",
+        "shortest share.record.lock.duration.ms a group config may set",
+        minimum=1, maximum=3_600_000,
+    ),
+    SettingSpec(
+        "group_share_max_record_lock_duration_ms", INTEGER,
+        "group.share.max.record.lock.duration.ms",
+        "longest share.record.lock.duration.ms a group config may set",
+        minimum=1, maximum=3_600_000,
+    ),
+    SettingSpec(
+        "group_share_min_delivery_count_limit", INTEGER,
+        "group.share.min.delivery.count.limit",
+        "smallest share.delivery.count.limit a group config may set",
+        minimum=1, maximum=25,
+    ),
+    SettingSpec(
+        "group_share_max_delivery_count_limit", INTEGER,
+        "group.share.max.delivery.count.limit",
+        "largest share.delivery.count.limit a group config may set",
+        minimum=1, maximum=25,
+    ),
+    SettingSpec(
         "offsets_retention_minutes", INTEGER, "offsets.retention.minutes",
         "committed offsets of an empty group are deleted after this long",
         minimum=1, maximum=INT32_MAX,
@@ -891,6 +963,30 @@ class Settings:
     """group.share.delivery.count.limit."""
     group_share_partition_max_record_locks: int = 2000
     """group.share.partition.max.record.locks."""
+    group_consumer_min_session_timeout_ms: int = 45000
+    """group.consumer.min.session.timeout.ms."""
+    group_consumer_max_session_timeout_ms: int = 60000
+    """group.consumer.max.session.timeout.ms."""
+    group_consumer_min_heartbeat_interval_ms: int = 5000
+    """group.consumer.min.heartbeat.interval.ms."""
+    group_consumer_max_heartbeat_interval_ms: int = 15000
+    """group.consumer.max.heartbeat.interval.ms."""
+    group_share_min_session_timeout_ms: int = 45000
+    """group.share.min.session.timeout.ms."""
+    group_share_max_session_timeout_ms: int = 60000
+    """group.share.max.session.timeout.ms."""
+    group_share_min_heartbeat_interval_ms: int = 5000
+    """group.share.min.heartbeat.interval.ms."""
+    group_share_max_heartbeat_interval_ms: int = 15000
+    """group.share.max.heartbeat.interval.ms."""
+    group_share_min_record_lock_duration_ms: int = 15000
+    """group.share.min.record.lock.duration.ms."""
+    group_share_max_record_lock_duration_ms: int = 60000
+    """group.share.max.record.lock.duration.ms."""
+    group_share_min_delivery_count_limit: int = 2
+    """group.share.min.delivery.count.limit."""
+    group_share_max_delivery_count_limit: int = 10
+    """group.share.max.delivery.count.limit."""
     offsets_retention_minutes: int = 10080
     """offsets.retention.minutes (7 days)."""
     admin_listen: str | None = "127.0.0.1:9644"

@@ -31,9 +31,13 @@ def test_values_are_stored_canonical() -> None:
         ("retention.ms", "1e3", "expected an integer"),
         ("retention.ms", "-2", "between -1 and"),
         ("segment.bytes", str(2**31), "between 1024 and 2147483647"),
-        ("cleanup.policy", "", "list of delete and compact"),
+        ("cleanup.policy", "delete,nope", "list of delete and compact"),
         ("message.timestamp.type", "createtime", "one of CreateTime, LogAppendTime"),
-        ("compression.type", "zstd", "only 'producer'"),
+        ("compression.type", "brotli", "one of uncompressed, zstd"),
+        ("compression.gzip.level", "0", "-1 or between 1 and 9"),
+        ("min.cleanable.dirty.ratio", "1.5", "between 0.0 and 1.0"),
+        ("leader.replication.throttled.replicas", "0:x", "partition:broker"),
+        ("message.downconversion.enable", "true", "unknown topic config"),
         ("retention.msec", "1", "unknown topic config 'retention.msec'"),
         ("retention.ms", None, "needs a value"),
     ],
@@ -117,7 +121,7 @@ def test_every_topic_config_is_documented_with_its_default() -> None:
     rows = {}
     for line in CONFIGURATION_DOC.read_text(encoding="utf-8").splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        match = re.fullmatch(r"`([a-z.]+\.[a-z.]+)`", cells[0])
+        match = re.fullmatch(r"`([a-z][a-z0-9.]*)`", cells[0])
         if match and len(cells) == 4:
             rows[match.group(1)] = cells
     assert sorted(rows) == sorted(configs.CONFIGS_BY_NAME)
@@ -127,3 +131,51 @@ def test_every_topic_config_is_documented_with_its_default() -> None:
         assert default.startswith(shown), definition.name
         assert setting == (f"`{definition.setting}`" if definition.setting else "(none)")
         assert meaning
+
+
+@pytest.mark.parametrize("codec", ["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"])
+def test_every_kafka_compression_type_is_accepted(codec: str) -> None:
+    assert configs.parse_value("compression.type", f" {codec} ") == codec
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "canonical"),
+    [
+        ("file.delete.delay.ms", "0", "0"),
+        ("flush.messages", "1", "1"),
+        ("min.cleanable.dirty.ratio", "0.25", "0.25"),
+        ("min.cleanable.dirty.ratio", "1", "1.0"),
+        ("preallocate", "TRUE", "true"),
+        ("leader.replication.throttled.replicas", "0:0, 1:0", "0:0,1:0"),
+        ("follower.replication.throttled.replicas", "*", "*"),
+        ("local.retention.ms", "-2", "-2"),
+        ("compression.zstd.level", "-5", "-5"),
+        ("message.timestamp.after.max.ms", "1000", "1000"),
+        ("unclean.leader.election.enable", "false", "false"),
+        ("remote.storage.enable", "false", "false"),
+    ],
+)
+def test_kafka_topic_configs_are_accepted_in_canonical_form(
+    name: str, value: str, canonical: str
+) -> None:
+    assert configs.parse_value(name, value) == canonical
+
+
+def test_an_empty_cleanup_policy_keeps_everything() -> None:
+    assert configs.parse_value("cleanup.policy", "") == ""
+    emptied = configs.apply_ops(
+        DEFAULTS, {"cleanup.policy": "delete"}, [("cleanup.policy", AlterOp.SUBTRACT, "delete")]
+    )
+    assert emptied == {"cleanup.policy": ""}
+    config = configs.log_config(DEFAULTS, {**emptied, "retention.ms": "5"})
+    assert (config.retention_ms, config.retention_bytes) == (None, None)
+
+
+def test_kafka_defaults_are_described_with_their_broker_synonym() -> None:
+    entries = {e.name: e for e in configs.describe(DEFAULTS, {})}
+    assert entries["file.delete.delay.ms"].value == "60000"
+    assert entries["file.delete.delay.ms"].synonyms == (
+        ("log.segment.delete.delay.ms", "60000", ConfigSource.DEFAULT_CONFIG),
+    )
+    assert entries["min.cleanable.dirty.ratio"].type == "DOUBLE"
+    assert entries["leader.replication.throttled.replicas"].type == "LIST"

@@ -34,10 +34,27 @@ DLQ_COPY = "errors.deadletterqueue.copy.record.enable"
 BACKOFF = "weirmq.share.retry.backoff.ms"
 
 
-def open_configs(tmp_path: Path, **settings: object) -> GroupConfigs:
+WIDE_BOUNDS: dict[str, object] = {
+    **{
+        f"group_{kind}_{edge}_{name}": value
+        for kind in ("consumer", "share")
+        for name in ("session_timeout_ms", "heartbeat_interval_ms")
+        for edge, value in (("min", 1), ("max", 2**31 - 1))
+    },
+    "group_share_min_record_lock_duration_ms": 1,
+    "group_share_max_record_lock_duration_ms": 3_600_000,
+    "group_share_min_delivery_count_limit": 1,
+    "group_share_max_delivery_count_limit": 25,
+}
+"""Bounds that hold nothing back, so that the tests of other checks may use any value;
+the tests of the bounds themselves open with Kafka's (the defaults)."""
+
+
+def open_configs(tmp_path: Path, *, kafka_bounds: bool = False, **settings: object) -> GroupConfigs:
     data_dir = tmp_path / "data"
     data_dir.mkdir(exist_ok=True)
-    return GroupConfigs(data_dir, Settings(data_dir=data_dir, **settings))  # type: ignore[arg-type]
+    wanted = settings if kafka_bounds else {**WIDE_BOUNDS, **settings}
+    return GroupConfigs(data_dir, Settings(data_dir=data_dir, **wanted))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -135,7 +152,9 @@ def test_dead_letter_configs(configs: GroupConfigs) -> None:
     "ops",
     [
         [("no.such.config", SET, "1")],
-        [("consumer.session.timeout.ms", SET, "45000")],  # Kafka's, refused rather than ignored
+        [("consumer.session.timeout.ms", SET, "0")],
+        [("streams.num.standby.replicas", SET, "-1")],
+        [("share.renew.acknowledge.enable", SET, "true")],  # Kafka 4.2's, unknown here
         [(LOCK, SET, "0")],
         [(LOCK, SET, "3600001")],
         [(LOCK, SET, "soon")],

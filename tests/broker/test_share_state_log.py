@@ -46,7 +46,17 @@ class Node:
         self.broker = self._open()
 
     def _open(self) -> Broker:
-        settings = Settings(data_dir=self.data_dir, flush_interval_ms=QUIET)
+        settings = Settings(
+            data_dir=self.data_dir,
+            flush_interval_ms=QUIET,
+            # below Kafka's bounds for a group's own values (45 s sessions, 5 s heartbeats,
+            # 15 s locks): these tests step short ones
+            group_share_min_session_timeout_ms=1,
+            group_share_min_heartbeat_interval_ms=1,
+            group_share_min_record_lock_duration_ms=1,
+            group_share_max_record_lock_duration_ms=3_600_000,
+            group_share_min_delivery_count_limit=1,
+        )
         return Broker(settings, clock=self.timers.clock, timers=self.timers)
 
     def restart(self) -> Broker:

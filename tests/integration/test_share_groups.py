@@ -160,10 +160,18 @@ def _wait_members(
                 assert not _poll(consumer, 0.2), "records before anything was produced"
 
 
+SHORT_BOUNDS: dict[str, object] = {
+    # Kafka holds a group's share.heartbeat.interval.ms to 5-15 s and its lock duration to
+    # 15-60 s; these tests step through expiries in a second or two.
+    "group_share_min_heartbeat_interval_ms": 100,
+    "group_share_min_record_lock_duration_ms": 1_000,
+}
+
+
 @pytest.fixture
 def broker(broker_factory: BrokerFactory) -> BrokerProcess:
     """A broker with the admin API on, to see the group's members."""
-    return broker_factory(admin_listen="127.0.0.1:0")
+    return broker_factory(admin_listen="127.0.0.1:0", **SHORT_BOUNDS)
 
 
 def _accept_all(consumer: ShareConsumer, messages: list[Message]) -> None:

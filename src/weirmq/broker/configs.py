@@ -22,11 +22,25 @@ canonical form (``"  100 "`` becomes ``"100"``, ``"Compact"`` is refused like Ka
 refuses it). Unknown names are INVALID_CONFIG, as in Kafka, because a typo silently ignored
 (``retention.msec``) is a retention policy that never applies.
 
-``cleanup.policy=compact`` is accepted and turns time and size retention off for the topic,
-which is what compaction's users rely on: the newest record of every key stays. The
-compaction itself (dropping older records of a key) is not implemented yet, so such a topic
-keeps everything. ``min.insync.replicas`` is accepted and reported; with one broker there
-is one replica, so acks=all means that replica (fsynced).
+Every topic config Kafka 4.x knows (its LogConfig) is in the table, validated by Kafka's
+type and range, stored and described, so that tools that copy a topic's configs from a
+Kafka cluster work unchanged. Those that mean nothing on one WeirMQ broker (replication
+throttles, tiered storage, preallocation, flush policies: WeirMQ fsyncs acks=all batches
+before answering) say so in their documentation; docs/configuration.md lists which are
+honoured. Kafka 4.0 removed ``message.downconversion.enable``,
+``message.timestamp.difference.max.ms`` and ``message.format.version``: unknown here too.
+
+``compression.type`` takes every Kafka value, but batches are always stored as the
+producer compressed them: there is no recompression on append (that would touch the
+produce path), so every value behaves as ``producer`` does.
+
+``cleanup.policy=compact`` hands the topic to the log cleaner (`weirmq.storage.cleaner`,
+with ``delete.retention.ms``, ``min.cleanable.dirty.ratio`` and the compaction lags),
+which keeps the newest record of every key, and turns time and size retention off unless
+``delete`` is listed too. An empty
+``cleanup.policy`` (Kafka 4.2, KIP-1161) means neither delete nor compact: the log is kept
+whole. ``min.insync.replicas`` is accepted and reported; with one broker there is one
+replica, so acks=all means that replica (fsynced).
 """
 
 from __future__ import annotations
@@ -117,20 +131,54 @@ def _boolean(text: str) -> str:
 
 
 def _cleanup_policy(text: str) -> str:
-    items = [item.strip() for item in text.split(",")]
-    if not items or any(item not in ("delete", "compact") for item in items):
-        raise _Refused(f"must be a list of delete and compact; got {text!r}")
+    # Kafka 4.2 (KIP-1161) accepts an empty list: neither delete nor compact, so the log is
+    # kept whole, as with `compact` before compaction runs.
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if any(item not in ("delete", "compact") for item in items):
+        raise _Refused(f"must be a list of delete and compact (or empty); got {text!r}")
     return ",".join(dict.fromkeys(items))  # Kafka's order kept, duplicates dropped
+
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+"""Kafka's BrokerCompressionType names; see the module docstring for what is honoured."""
 
 
 def _compression(text: str) -> str:
     value = text.strip()
-    if value == "producer":
-        return value
-    raise _Refused(
-        f"only 'producer' is supported (batches are stored as the producer compressed them);"
-        f" got {text!r}"
-    )
+    if value not in COMPRESSION_TYPES:
+        raise _Refused(f"must be one of {', '.join(COMPRESSION_TYPES)}; got {text!r}")
+    return value
+
+
+def _gzip_level(text: str) -> str:
+    value = _integer(-1, 9)(text)
+    if value == "0":  # Kafka: -1 (the codec's default) or 1 to 9
+        raise _Refused("must be -1 or between 1 and 9, got 0")
+    return value
+
+
+def _double(minimum: float, maximum: float) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise _Refused(f"expected a number, got {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise _Refused(f"must be between {minimum} and {maximum}, got {value}")
+        return repr(value)
+
+    return parse
+
+
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def _throttled_replicas(text: str) -> str:
+    """Kafka's ThrottledReplicaListValidator: empty, "*", or "partition:broker,..."."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if items == ["*"] or all(_THROTTLED_REPLICA.fullmatch(item) for item in items):
+        return ",".join(items)
+    raise _Refused(f"must be '*' or a list of partition:broker ids; got {text!r}")
 
 
 def _topic_name(text: str) -> str:
@@ -163,6 +211,8 @@ def _group_id(text: str) -> str:
     if len(value.encode()) > GROUP_ID_BYTES_MAX:
         raise _Refused(f"must be a group id of at most {GROUP_ID_BYTES_MAX} bytes")
     return value
+
+
 DELAY_ENABLE = "weirmq.delay.enable"
 BACKLOG_MAX_BYTES = "weirmq.backlog.max.bytes"
 BACKLOG_GROUP = "weirmq.backlog.group"
@@ -176,6 +226,8 @@ EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers", "content")
 
 
 # --- the table ------------------------------------------------------------------------------
+
+_STORED_ONLY = "accepted and stored as Kafka does, but it changes nothing on one WeirMQ broker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,14 +257,57 @@ class TopicConfigDef:
 TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
     TopicConfigDef(
         "cleanup.policy", ConfigType.LIST, _cleanup_policy, "delete",
-        "delete: retention removes old segments; compact: retention keeps every segment "
-        "(the newest record per key is never removed; compaction itself is not run yet)",
+        "delete: retention removes old segments; compact: the newest record per key is kept "
+        "and retention does not delete; empty (Kafka 4.2): neither, the log is kept whole",
         broker_name="log.cleanup.policy", list_valued=True,
     ),
     TopicConfigDef(
+        "compression.gzip.level", ConfigType.INT, _gzip_level, "-1",
+        f"{_STORED_ONLY} (batches are stored as the producer compressed them)",
+        broker_name="compression.gzip.level",
+    ),
+    TopicConfigDef(
+        "compression.lz4.level", ConfigType.INT, _integer(1, 17), "9",
+        f"{_STORED_ONLY} (batches are stored as the producer compressed them)",
+        broker_name="compression.lz4.level",
+    ),
+    TopicConfigDef(
         "compression.type", ConfigType.STRING, _compression, "producer",
-        "batches are stored as the producer compressed them ('producer' only)",
+        "any of Kafka's values is accepted and stored; batches are always stored as the "
+        "producer compressed them (no recompression on append), which is 'producer'",
         broker_name="compression.type",
+    ),
+    TopicConfigDef(
+        "compression.zstd.level", ConfigType.INT, _integer(-131072, 22), "3",
+        f"{_STORED_ONLY} (batches are stored as the producer compressed them)",
+        broker_name="compression.zstd.level",
+    ),
+    TopicConfigDef(
+        "delete.retention.ms", ConfigType.LONG, _integer(0, INT64_MAX), str(DAY_MS),
+        "how long compaction keeps tombstones (delete markers) once their key is compacted",
+        broker_name="log.cleaner.delete.retention.ms",
+    ),
+    TopicConfigDef(
+        "file.delete.delay.ms", ConfigType.LONG, _integer(0, INT64_MAX), "60000",
+        f"{_STORED_ONLY}: deleted segments are removed at once",
+        broker_name="log.segment.delete.delay.ms",
+    ),
+    TopicConfigDef(
+        "flush.messages", ConfigType.LONG, _integer(1, INT64_MAX), str(INT64_MAX),
+        f"{_STORED_ONLY}: acks=all batches are fsynced before their answer, others every "
+        "flush_interval_ms",
+        broker_name="log.flush.interval.messages",
+    ),
+    TopicConfigDef(
+        "flush.ms", ConfigType.LONG, _integer(0, INT64_MAX), str(INT64_MAX),
+        f"{_STORED_ONLY}: acks=all batches are fsynced before their answer, others every "
+        "flush_interval_ms",
+        broker_name="log.flush.interval.ms",
+    ),
+    TopicConfigDef(
+        "follower.replication.throttled.replicas", ConfigType.LIST, _throttled_replicas, "",
+        f"{_STORED_ONLY}: one broker has no followers",
+        list_valued=True,
     ),
     TopicConfigDef(
         "index.interval.bytes", ConfigType.INT, _integer(0, INT32_MAX), "4096",
@@ -220,9 +315,40 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
         broker_name="log.index.interval.bytes",
     ),
     TopicConfigDef(
+        "leader.replication.throttled.replicas", ConfigType.LIST, _throttled_replicas, "",
+        f"{_STORED_ONLY}: one broker has no followers",
+        list_valued=True,
+    ),
+    TopicConfigDef(
+        "local.retention.bytes", ConfigType.LONG, _integer(-2, INT64_MAX), "-2",
+        f"{_STORED_ONLY}: there is no tiered storage",
+        broker_name="log.local.retention.bytes",
+    ),
+    TopicConfigDef(
+        "local.retention.ms", ConfigType.LONG, _integer(-2, INT64_MAX), "-2",
+        f"{_STORED_ONLY}: there is no tiered storage",
+        broker_name="log.local.retention.ms",
+    ),
+    TopicConfigDef(
+        "max.compaction.lag.ms", ConfigType.LONG, _integer(1, INT64_MAX), str(INT64_MAX),
+        "longest a record may stay uncompacted (compacted topics)",
+        broker_name="log.cleaner.max.compaction.lag.ms",
+    ),
+    TopicConfigDef(
         "max.message.bytes", ConfigType.INT, _integer(64, INT32_MAX), "1048588",
         "largest record batch accepted, after compression",
         broker_name="message.max.bytes", setting="message_max_bytes",
+    ),
+    TopicConfigDef(
+        "message.timestamp.after.max.ms", ConfigType.LONG, _integer(0, INT64_MAX), "3600000",
+        f"{_STORED_ONLY}: timestamps ahead of the broker's clock are not refused",
+        broker_name="log.message.timestamp.after.max.ms",
+    ),
+    TopicConfigDef(
+        "message.timestamp.before.max.ms", ConfigType.LONG, _integer(0, INT64_MAX),
+        str(INT64_MAX),
+        f"{_STORED_ONLY}: timestamps behind the broker's clock are not refused",
+        broker_name="log.message.timestamp.before.max.ms",
     ),
     TopicConfigDef(
         "message.timestamp.type", ConfigType.STRING, _choice("CreateTime", "LogAppendTime"),
@@ -231,9 +357,36 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
         broker_name="log.message.timestamp.type",
     ),
     TopicConfigDef(
+        "min.cleanable.dirty.ratio", ConfigType.DOUBLE, _double(0.0, 1.0), "0.5",
+        "share of a compacted log not yet compacted before compaction runs",
+        broker_name="log.cleaner.min.cleanable.ratio",
+    ),
+    TopicConfigDef(
+        "min.compaction.lag.ms", ConfigType.LONG, _integer(0, INT64_MAX), "0",
+        "shortest a record stays uncompacted (compacted topics)",
+        broker_name="log.cleaner.min.compaction.lag.ms",
+    ),
+    TopicConfigDef(
         "min.insync.replicas", ConfigType.INT, _integer(1, INT32_MAX), "1",
         "accepted for compatibility; a single broker is the only replica",
         broker_name="min.insync.replicas",
+    ),
+    TopicConfigDef(
+        "preallocate", ConfigType.BOOLEAN, _boolean, "false",
+        f"{_STORED_ONLY}: segment files grow as they are written",
+        broker_name="log.preallocate",
+    ),
+    TopicConfigDef(
+        "remote.log.copy.disable", ConfigType.BOOLEAN, _boolean, "false",
+        f"{_STORED_ONLY}: there is no tiered storage",
+    ),
+    TopicConfigDef(
+        "remote.log.delete.on.disable", ConfigType.BOOLEAN, _boolean, "false",
+        f"{_STORED_ONLY}: there is no tiered storage",
+    ),
+    TopicConfigDef(
+        "remote.storage.enable", ConfigType.BOOLEAN, _boolean, "false",
+        f"{_STORED_ONLY}: there is no tiered storage",
     ),
     TopicConfigDef(
         "retention.bytes", ConfigType.LONG, _integer(-1, INT64_MAX), "-1",
@@ -251,9 +404,24 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
         broker_name="log.segment.bytes", setting="segment_bytes",
     ),
     TopicConfigDef(
+        "segment.index.bytes", ConfigType.INT, _integer(4, INT32_MAX), "10485760",
+        f"{_STORED_ONLY}: the sparse offset index is sized by the segment",
+        broker_name="log.index.size.max.bytes",
+    ),
+    TopicConfigDef(
+        "segment.jitter.ms", ConfigType.LONG, _integer(0, INT64_MAX), "0",
+        f"{_STORED_ONLY}: segments roll at segment.ms exactly",
+        broker_name="log.roll.jitter.ms",
+    ),
+    TopicConfigDef(
         "segment.ms", ConfigType.LONG, _integer(1, INT64_MAX), str(7 * DAY_MS),
         "a segment is rolled once it is this old, even if not full",
         broker_name="log.roll.ms",
+    ),
+    TopicConfigDef(
+        "unclean.leader.election.enable", ConfigType.BOOLEAN, _boolean, "false",
+        f"{_STORED_ONLY}: the only replica is always the leader",
+        broker_name="unclean.leader.election.enable",
     ),
     TopicConfigDef(
         "weirmq.acks.all.fsync", ConfigType.BOOLEAN, _boolean, "true",
@@ -339,8 +507,14 @@ def effective(settings: Settings, overrides: Mapping[str, str], name: str) -> st
     return definition.broker_value(settings) or definition.default
 
 
-def describe(settings: Settings, overrides: Mapping[str, str]) -> list[ConfigEntry]:
-    """Every topic config, in name order, with its source and synonyms."""
+def describe(
+    settings: Settings,
+    overrides: Mapping[str, str],
+    dynamic: Callable[[str], list[tuple[str, str, int]]] | None = None,
+) -> list[ConfigEntry]:
+    """Every topic config, in name order, with its source and synonyms. `settings` are the
+    static ones; `dynamic` gives a broker config's dynamic synonyms (broker/dynamic_configs.py)
+    when the broker has any, which come between the topic's override and the static value."""
     entries = []
     for definition in TOPIC_CONFIGS:
         synonyms: list[tuple[str, str, int]] = []
@@ -348,6 +522,8 @@ def describe(settings: Settings, overrides: Mapping[str, str]) -> list[ConfigEnt
             synonyms.append(
                 (definition.name, overrides[definition.name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
             )
+        if dynamic is not None and definition.broker_name is not None:
+            synonyms += dynamic(definition.broker_name)
         broker_value = definition.broker_value(settings)
         if broker_value is not None and definition.broker_name is not None:
             synonyms.append(

@@ -56,6 +56,7 @@ from ..groups.classic import ClassicSettings
 from ..groups.coordinator import CoordinatorSettings, GroupCoordinator
 from ..groups.views import GroupView, PartitionLag
 from ..settings import PARTITIONS_PER_TOPIC_MAX, Settings
+from ..storage.cleaner import CompactionConfig
 from ..storage.config import LogConfig
 from ..storage.errors import OffsetOutOfRangeError, StorageError, storage_error
 from ..storage.lock import DataDirLock
@@ -66,6 +67,7 @@ from . import configs
 from .backlog import BacklogGuard
 from .configs import ConfigEntry
 from .delays import DELAYED_TOPIC, Delays
+from .dynamic_configs import DynamicBrokerConfigs
 from .exchanges import BINDINGS_CONFIG, ROUTING_TOPIC, Exchanges, exchange_of
 from .group_configs import GroupConfigs
 from .group_service import (
@@ -110,6 +112,14 @@ log = logging.getLogger(__name__)
 
 __all__ = ["INTERNAL_TOPICS", "LEADER_EPOCH", "Broker", "Partition", "TopicPartition"]
 
+COMPACTION_CONFIGS = (
+    "cleanup.policy",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "delete.retention.ms",
+)
+"""The topic configs the log cleaner reads (their values in force: override, broker, default)."""
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, ROUTING_TOPIC, SHARE_STATE_TOPIC, DELAYED_TOPIC})
 """Written only by the broker itself; clients may read them, not produce or delete."""
 PARTITIONS_MAX = PARTITIONS_PER_TOPIC_MAX
@@ -151,7 +161,10 @@ class Broker:
             raise
 
     def _open(self, data_dir: Path) -> None:
-        settings = self.settings
+        self.dynamic_configs = DynamicBrokerConfigs(data_dir, self.settings)
+        """Broker configs changed at runtime (KIP-226); `settings` are the static ones with
+        these over them."""
+        self.settings = settings = self.dynamic_configs.effective()
         self.cluster_id = load_cluster_id(data_dir, settings.node_id)
         self.topics = TopicRegistry(data_dir)
         self.mutation_quota = RateBuckets(settings.controller_mutation_rate)
@@ -170,7 +183,9 @@ class Broker:
                 flush_interval_ms=settings.flush_interval_ms, handles_max=settings.handles_max
             ),
             config_for=self.log_config,
+            compaction_for=self.compaction_config,
         )
+        self._cleaner_started = False
         self.stats = BrokerStats()
         self.append_listeners: list[Callable[[TopicPartition, int, int], None]] = [
             self._count_append
@@ -204,6 +219,7 @@ class Broker:
             partitions_of=self._partition_count,
             topics=self._topic_infos,
             share_listener=self.shares,
+            consumer_timeouts=self.group_configs.consumer_timeouts,
         )
         self.offsets_log = OffsetsLog(self.groups, self._offsets_partition, self.clock)
         self.offsets_log.load()
@@ -213,6 +229,7 @@ class Broker:
         self.exchanges.load()
         self.delays.load()  # after the producer states are loaded
         self.logs.periodic_state = self.exchanges.cursor_file
+        self._start_cleaner()
 
     # --- topics -------------------------------------------------------------------------
 
@@ -220,6 +237,48 @@ class Broker:
         """The storage settings of `topic`: its overrides over the broker's settings."""
         known = self.topics.get(topic)
         return configs.log_config(self.settings, known.configs if known else {})
+
+    def compaction_config(self, topic: str) -> CompactionConfig:
+        """Whether and how the log cleaner compacts `topic` (storage/cleaner.py). Of the
+        internal topics only `__consumer_offsets` is cleaned: its records are Kafka's,
+        the newest per key being the state. The others keep themselves bounded with their
+        own snapshots, and a delta newer than its key's snapshot would outlive it."""
+        known = self.topics.get(topic)
+        if known is None or (topic in INTERNAL_TOPICS and topic != OFFSETS_TOPIC):
+            return CompactionConfig()
+        values = {
+            name: configs.effective(self.settings, known.configs, name)
+            for name in COMPACTION_CONFIGS
+            if name in configs.CONFIGS_BY_NAME
+        }
+        try:
+            return CompactionConfig.from_topic_configs(values)
+        except ValueError:
+            log.error("topic %s: bad compaction configs, not compacted", topic)
+            return CompactionConfig()
+
+    def _start_cleaner(self) -> None:
+        """Start the log cleaner's thread once a loop runs here (its swaps run on it)."""
+        if self._cleaner_started:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: the first housekeeping starts it
+        self._cleaner_started = True
+
+        def finish() -> None:
+            if self.closing:
+                return
+            try:
+                self.logs.finish_cleaning()
+            except Exception:
+                log.exception("swapping in cleaned segments failed")
+
+        def ready() -> None:  # on the cleaner's thread
+            loop.call_soon_threadsafe(finish)
+
+        self.logs.start_cleaner(ready)
 
     def _adopt_orphans(self) -> None:
         counts: dict[str, int] = {}
@@ -562,8 +621,13 @@ class Broker:
                 f"be {what} until that is done; retry later"
             )
 
+    def describe_overrides(self, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+        """The configs of a topic with these overrides, with their sources and synonyms."""
+        dynamic = self.dynamic_configs
+        return configs.describe(dynamic.static, overrides, dynamic.synonyms)
+
     def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
-        entries = configs.describe(self.settings, self.known_topic(name).configs)
+        entries = self.describe_overrides(self.known_topic(name).configs)
         bindings = self.exchanges.bindings_config(name)
         if bindings is not None:
             entries.append(bindings)
@@ -655,6 +719,26 @@ class Broker:
                 partition.log.config = config
                 partition.fsync_acks_all = fsync
                 partition.delays = delays
+
+    def alter_broker_configs(
+        self,
+        layer: str,
+        ops: list[tuple[str, int, str | None]] | None = None,
+        values: Mapping[str, str | None] | None = None,
+        *,
+        validate_only: bool,
+    ) -> None:
+        """Change a dynamic layer (broker/dynamic_configs.py) by IncrementalAlterConfigs `ops`
+        or, legacy AlterConfigs, to exactly `values`; in force at once for every topic."""
+        if values is not None:
+            self.dynamic_configs.replace(layer, values, validate_only=validate_only)
+        else:
+            self.dynamic_configs.alter(layer, ops or [], validate_only=validate_only)
+        if validate_only:
+            return
+        self.settings = self.dynamic_configs.effective()
+        for topic in self.topics:
+            self._apply_configs(topic)
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
         """Move the partition's log start to `offset` (-1: the high watermark); returns
@@ -748,7 +832,9 @@ class Broker:
     # --- housekeeping and shutdown ------------------------------------------------------
 
     def housekeeping(self) -> None:
-        """Retention, time-based rolls and producer expiry; called periodically."""
+        """Retention, time-based rolls, compaction's swaps and producer expiry; called
+        periodically."""
+        self._start_cleaner()
         self.logs.housekeeping()
         now = self.clock()
         for partition in self.partitions.values():

@@ -23,19 +23,23 @@ timeout, heartbeat interval), read by the share service and the coordinator at e
 so a change applies to the next fetch and the next heartbeat. The dead-letter configs
 (KIP-1191) name the topic rejected and exhausted records are copied to.
 
+Kafka's names (Kafka 4.2's GroupConfig): ``consumer.*`` drive the KIP-848 members of the
+group (`consumer_timeouts`, read by the coordinator at each heartbeat, so a change applies
+from each member's next heartbeat); ``share.*`` the share group; ``streams.*`` are stored
+and described only, as WeirMQ has no streams groups. A value a group sets is held to the
+broker's bounds, as Kafka holds it (``group.consumer.min.session.timeout.ms`` and the
+others, `BOUNDS`); a stored value outside bounds changed since is clamped when used, as
+Kafka 4.2 does. Kafka's ``share.renew.acknowledge.enable`` is not known here (no RENEW
+acknowledgement yet).
+
 Not Kafka's: ``weirmq.share.retry.backoff.ms`` (queues/config.py says why it exists).
-Kafka 4.1 has no per-group ``share.delivery.count.limit`` or
-``share.partition.max.record.locks`` yet (only the broker settings); they are here with
-the names the broker settings imply, because a queue's delivery limit is a property of
-the queue. Kafka's ``consumer.*`` and ``streams.*`` group configs are refused
-(INVALID_CONFIG) rather than stored and ignored.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -74,6 +78,79 @@ HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
 DLQ_TOPIC = "errors.deadletterqueue.topic.name"
 DLQ_COPY_RECORD = "errors.deadletterqueue.copy.record.enable"
 RETRY_BACKOFF = "weirmq.share.retry.backoff.ms"
+CONSUMER_SESSION_TIMEOUT = "consumer.session.timeout.ms"
+CONSUMER_HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
+STREAMS_SESSION_TIMEOUT = "streams.session.timeout.ms"
+STREAMS_HEARTBEAT_INTERVAL = "streams.heartbeat.interval.ms"
+STREAMS_STANDBY_REPLICAS = "streams.num.standby.replicas"
+STREAMS_INITIAL_REBALANCE_DELAY = "streams.initial.rebalance.delay.ms"
+
+STREAMS_STANDBY_REPLICAS_MAX: Final = 2
+"""Kafka's group.streams.max.standby.replicas default (no streams groups here to set it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A broker setting bounding a group config: Kafka's name and WeirMQ's field."""
+
+    kafka_name: str
+    setting: str | None
+    fixed: int = 0
+    """The bound when no setting holds it (streams: Kafka's defaults)."""
+
+    def value(self, settings: Settings) -> int:
+        return int(getattr(settings, self.setting)) if self.setting else self.fixed
+
+
+BOUNDS: Mapping[str, tuple[Bound, Bound]] = {
+    CONSUMER_SESSION_TIMEOUT: (
+        Bound("group.consumer.min.session.timeout.ms", "group_consumer_min_session_timeout_ms"),
+        Bound("group.consumer.max.session.timeout.ms", "group_consumer_max_session_timeout_ms"),
+    ),
+    CONSUMER_HEARTBEAT_INTERVAL: (
+        Bound(
+            "group.consumer.min.heartbeat.interval.ms", "group_consumer_min_heartbeat_interval_ms"
+        ),
+        Bound(
+            "group.consumer.max.heartbeat.interval.ms", "group_consumer_max_heartbeat_interval_ms"
+        ),
+    ),
+    SESSION_TIMEOUT: (
+        Bound("group.share.min.session.timeout.ms", "group_share_min_session_timeout_ms"),
+        Bound("group.share.max.session.timeout.ms", "group_share_max_session_timeout_ms"),
+    ),
+    HEARTBEAT_INTERVAL: (
+        Bound("group.share.min.heartbeat.interval.ms", "group_share_min_heartbeat_interval_ms"),
+        Bound("group.share.max.heartbeat.interval.ms", "group_share_max_heartbeat_interval_ms"),
+    ),
+    LOCK_DURATION: (
+        Bound("group.share.min.record.lock.duration.ms", "group_share_min_record_lock_duration_ms"),
+        Bound("group.share.max.record.lock.duration.ms", "group_share_max_record_lock_duration_ms"),
+    ),
+    DELIVERY_LIMIT: (
+        Bound("group.share.min.delivery.count.limit", "group_share_min_delivery_count_limit"),
+        Bound("group.share.max.delivery.count.limit", "group_share_max_delivery_count_limit"),
+    ),
+    STREAMS_SESSION_TIMEOUT: (
+        Bound("group.streams.min.session.timeout.ms", None, 45_000),
+        Bound("group.streams.max.session.timeout.ms", None, 60_000),
+    ),
+    STREAMS_HEARTBEAT_INTERVAL: (
+        Bound("group.streams.min.heartbeat.interval.ms", None, 5_000),
+        Bound("group.streams.max.heartbeat.interval.ms", None, 15_000),
+    ),
+    STREAMS_STANDBY_REPLICAS: (
+        Bound("group.streams.min.standby.replicas", None, 0),
+        Bound("group.streams.max.standby.replicas", None, STREAMS_STANDBY_REPLICAS_MAX),
+    ),
+}
+"""Group config -> (lowest, highest) value a group may set, both inclusive."""
+TIMEOUT_PAIRS: tuple[tuple[str, str], ...] = (
+    (CONSUMER_SESSION_TIMEOUT, CONSUMER_HEARTBEAT_INTERVAL),
+    (SESSION_TIMEOUT, HEARTBEAT_INTERVAL),
+    (STREAMS_SESSION_TIMEOUT, STREAMS_HEARTBEAT_INTERVAL),
+)
+"""(session timeout, heartbeat interval): the interval must stay below the timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +167,36 @@ class GroupConfigDef:
 
 # fmt: off
 GROUP_CONFIGS: tuple[GroupConfigDef, ...] = (
+    GroupConfigDef(
+        CONSUMER_HEARTBEAT_INTERVAL, ConfigType.INT, _integer(1, INT32_MAX), "5000",
+        "how often the group's consumer-protocol (KIP-848) members are told to heartbeat",
+        "group_consumer_heartbeat_interval_ms", "group.consumer.heartbeat.interval.ms",
+    ),
+    GroupConfigDef(
+        CONSUMER_SESSION_TIMEOUT, ConfigType.INT, _integer(1, INT32_MAX), "45000",
+        "a consumer-protocol (KIP-848) member of the group silent this long is removed",
+        "group_consumer_session_timeout_ms", "group.consumer.session.timeout.ms",
+    ),
+    GroupConfigDef(
+        STREAMS_HEARTBEAT_INTERVAL, ConfigType.INT, _integer(1, INT32_MAX), "5000",
+        "stored and described only: WeirMQ has no streams groups (KIP-1071)",
+        broker_name="group.streams.heartbeat.interval.ms",
+    ),
+    GroupConfigDef(
+        STREAMS_INITIAL_REBALANCE_DELAY, ConfigType.INT, _integer(0, INT32_MAX), "3000",
+        "stored and described only: WeirMQ has no streams groups (KIP-1071)",
+        broker_name="group.streams.initial.rebalance.delay.ms",
+    ),
+    GroupConfigDef(
+        STREAMS_STANDBY_REPLICAS, ConfigType.INT, _integer(0, INT32_MAX), "0",
+        "stored and described only: WeirMQ has no streams groups (KIP-1071)",
+        broker_name="group.streams.num.standby.replicas",
+    ),
+    GroupConfigDef(
+        STREAMS_SESSION_TIMEOUT, ConfigType.INT, _integer(1, INT32_MAX), "45000",
+        "stored and described only: WeirMQ has no streams groups (KIP-1071)",
+        broker_name="group.streams.session.timeout.ms",
+    ),
     GroupConfigDef(
         AUTO_OFFSET_RESET, ConfigType.STRING, _choice("latest", "earliest"), "latest",
         "where a share-partition first read by the group starts: the log end (latest) or "
@@ -190,8 +297,31 @@ class GroupConfigs:
         """The value in force: the group's override, else the broker's, else built in."""
         overrides = self._overrides.get(group_id, {})
         if name in overrides:
-            return overrides[name]
+            return self._clamped(name, overrides[name])
         return self._broker_value(GROUP_CONFIGS_BY_NAME[name])
+
+    def _clamped(self, name: str, text: str) -> str:
+        """A stored value within the broker's bounds as they are now (they may have changed
+        since it was set): Kafka 4.2 caps it so, with a warning, rather than refuse to use
+        the group."""
+        bounds = BOUNDS.get(name)
+        if bounds is None:
+            return text
+        low, high = (bound.value(self._settings) for bound in bounds)
+        value = int(text)
+        if low <= value <= high:
+            return text
+        capped = str(min(max(value, low), high))
+        log.warning("group config %s=%s is outside [%d, %d]: %s is used", name, text, low, high,
+                    capped)  # fmt: skip
+        return capped
+
+    def consumer_timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) of the group's KIP-848 members, in ms."""
+        return (
+            int(self.value(group_id, CONSUMER_SESSION_TIMEOUT)),
+            int(self.value(group_id, CONSUMER_HEARTBEAT_INTERVAL)),
+        )
 
     def _broker_value(self, definition: GroupConfigDef) -> str:
         if definition.setting is None:
@@ -256,6 +386,19 @@ class GroupConfigs:
 
     # --- changing -------------------------------------------------------------------------
 
+    def replace(
+        self, group_id: str, values: Mapping[str, str | None], *, validate_only: bool
+    ) -> dict[str, str]:
+        """Legacy AlterConfigs: the group's overrides become exactly `values` (Kafka's
+        AlterConfigs replaces the whole set; a name left out returns to its default)."""
+        ops: list[tuple[str, int, str | None]] = [
+            (name, SetOp.DELETE, None)
+            for name in self._overrides.get(group_id, {})
+            if name not in values
+        ]
+        ops += [(name, SetOp.SET, value) for name, value in values.items()]
+        return self.alter(group_id, ops, validate_only=validate_only)
+
     def alter(
         self, group_id: str, ops: list[tuple[str, int, str | None]], *, validate_only: bool
     ) -> dict[str, str]:
@@ -263,7 +406,8 @@ class GroupConfigs:
         overrides, checked as a whole, and store them; returns the new overrides."""
         if not group_id:
             raise InvalidConfigError("a group config needs a group id")
-        result = dict(self._overrides.get(group_id, {}))
+        before_overrides = self._overrides.get(group_id, {})
+        result: dict[str, str] = dict(before_overrides)
         seen: set[str] = set()
         for name, op, value in ops:
             if name in seen:
@@ -281,7 +425,8 @@ class GroupConfigs:
                 raise InvalidConfigError(
                     f"operation {op} does not apply to group config {name!r} (SET and DELETE do)"
                 )
-        checked = self._checked(group_id, result)
+        changed = {name for name in seen if result.get(name) != before_overrides.get(name)}
+        checked = self._checked(group_id, result, bounded=changed)
         if (
             group_id not in self._overrides
             and checked
@@ -318,7 +463,12 @@ class GroupConfigs:
             except OSError as exc:
                 log.error("configs of deleted group %r not removed: %s", group_id, exc)
 
-    def _checked(self, group_id: str, overrides: object) -> dict[str, str]:
+    def _checked(
+        self, group_id: str, overrides: object, bounded: Collection[str] = ()
+    ) -> dict[str, str]:
+        """Parsed overrides, the `bounded` ones held to the broker's bounds (those a request
+        changes: stored ones are clamped instead, see `_clamped`), the session timeouts
+        above their heartbeat intervals; or InvalidConfigError."""
         if not isinstance(overrides, dict):
             raise InvalidConfigError(f"group {group_id!r}: configs must be a mapping")
         result: dict[str, str] = {}
@@ -335,19 +485,42 @@ class GroupConfigs:
                     f"invalid value for group config {name!r}: {exc}"
                 ) from None
 
+        self._check_bounds({name: result[name] for name in bounded if name in result})
+
         def resolved(name: str) -> str:
             if name in result:
                 return result[name]
             return self._broker_value(GROUP_CONFIGS_BY_NAME[name])
 
-        session = int(resolved(SESSION_TIMEOUT))
-        heartbeat = int(resolved(HEARTBEAT_INTERVAL))
-        if heartbeat >= session:
-            raise InvalidConfigError(
-                f"{HEARTBEAT_INTERVAL} ({heartbeat}) must be below {SESSION_TIMEOUT} ({session})"
-            )
+        for session_name, heartbeat_name in TIMEOUT_PAIRS:
+            session = int(resolved(session_name))
+            heartbeat = int(resolved(heartbeat_name))
+            if heartbeat >= session:
+                raise InvalidConfigError(
+                    f"{heartbeat_name} ({heartbeat}) must be below {session_name} ({session})"
+                )
         _share_config(resolved)  # everything else ShareConfig checks
         return result
+
+    def _check_bounds(self, changed: Mapping[str, str]) -> None:
+        """The values a request sets, within the broker's bounds (Kafka's GroupConfig
+        validation); INVALID_CONFIG naming the bound otherwise."""
+        for name, text in sorted(changed.items()):
+            bounds = BOUNDS.get(name)
+            if bounds is None:
+                continue
+            low, high = bounds
+            value = int(text)
+            if value < low.value(self._settings):
+                raise InvalidConfigError(
+                    f"{name} must be greater than or equal to {low.kafka_name} "
+                    f"({low.value(self._settings)}); got {value}"
+                )
+            if value > high.value(self._settings):
+                raise InvalidConfigError(
+                    f"{name} must be less than or equal to {high.kafka_name} "
+                    f"({high.value(self._settings)}); got {value}"
+                )
 
     def _save(self) -> None:
         document = {"version": 1, "groups": self._overrides}

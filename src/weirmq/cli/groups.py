@@ -17,8 +17,8 @@ ListGroups asks for consumer and classic groups only, and DescribeGroups refuses
 group), so they are listed and described from the broker's admin API (``--admin-url``),
 which shows their delivery state per partition too. ``groups list`` includes them only
 when given ``--admin-url``: the default address could be another broker's. Group configs
-(``groups alter``, ``groups configs``) are Kafka's IncrementalAlterConfigs and
-DescribeConfigs on the GROUP resource.
+(``groups config``, ``groups alter``, ``groups configs``) are Kafka's
+IncrementalAlterConfigs and DescribeConfigs on the GROUP resource.
 
 Broker errors become one line and exit code 1 (3 when no broker answers), as in every
 client command; an unknown group is "group 'x' does not exist".
@@ -779,7 +779,6 @@ def alter_command(
     topic, ...).
     """
     from weirmq.cli.formats import parse_assignments
-    from weirmq.cli.kafka_admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     if not (configs or deleted):
         raise click.UsageError("nothing to alter: give --config or --delete-config")
@@ -787,6 +786,21 @@ def alter_command(
         wanted = dict(parse_assignments(configs, "--config"))
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    _alter_configs(group, wanted, deleted, bootstrap)
+    if as_json:
+        print_json({"group": group, "set": wanted, "deleted": list(deleted)})
+        return
+    changes = [f"{key}={value}" for key, value in wanted.items()]
+    changes += [f"{key} back to its default" for key in deleted]
+    print_line(f"Altered group {group}: {', '.join(changes)}.")
+
+
+def _alter_configs(
+    group: str, wanted: dict[str, str], deleted: tuple[str, ...], bootstrap: Bootstrap
+) -> None:
+    """IncrementalAlterConfigs on the GROUP resource: SET `wanted`, DELETE `deleted`."""
+    from weirmq.cli.kafka_admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
     entries = [
         ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
         for key, value in wanted.items()
@@ -796,12 +810,6 @@ def alter_command(
     futures = admin.incremental_alter_configs([resource], request_timeout=REQUEST_TIMEOUT_S)
     (future,) = futures.values()
     wait_for(future, f"cannot alter the configs of group {group!r}", bootstrap, group)
-    if as_json:
-        print_json({"group": group, "set": wanted, "deleted": list(deleted)})
-        return
-    changes = [f"{key}={value}" for key, value in wanted.items()]
-    changes += [f"{key} back to its default" for key in deleted]
-    print_line(f"Altered group {group}: {', '.join(changes)}.")
 
 
 @groups.command("configs", **client_command_settings())
@@ -810,6 +818,10 @@ def alter_command(
 @json_option
 def configs_command(group: str, bootstrap: Bootstrap, as_json: bool) -> None:
     """Show the configs of group GROUP: each value and where it comes from."""
+    _show_configs(group, bootstrap, as_json)
+
+
+def _show_configs(group: str, bootstrap: Bootstrap, as_json: bool) -> None:
     from weirmq.cli.kafka_admin import ConfigResource, ResourceType
 
     resource = ConfigResource(ResourceType.GROUP, group)

@@ -282,6 +282,15 @@ class ConsumerGroup:
         return self._group_epoch
 
     @property
+    def settings(self) -> ConsumerGroupSettings:
+        return self._settings
+
+    def configure(self, settings: ConsumerGroupSettings) -> None:
+        """New session timeout or heartbeat interval (the group's configs changed): they
+        apply from each member's next heartbeat, whose deadline they set."""
+        self._settings = settings
+
+    @property
     def assignment_epoch(self) -> int:
         return self._assignment_epoch
 

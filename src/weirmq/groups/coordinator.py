@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ErrorCode
 from ..types import TopicPartition
@@ -145,8 +145,12 @@ class GroupCoordinator:
         topics: Callable[[], Mapping[str, kip848.TopicInfo]],
         new_member_id: Callable[[str], str] = _default_member_id,
         share_listener: ShareListener | None = None,
+        consumer_timeouts: Callable[[str], tuple[int, int]] | None = None,
     ) -> None:
         self.settings = settings
+        self._consumer_timeouts = consumer_timeouts
+        """A KIP-848 group's (session timeout, heartbeat interval) from its configs
+        (consumer.session.timeout.ms, consumer.heartbeat.interval.ms); None: the defaults."""
         self._write = write
         self._partitions_of = partitions_of
         """Partition count of a topic, None if it does not exist."""
@@ -287,6 +291,7 @@ class GroupCoordinator:
             if request.member_epoch != 0:
                 raise GroupError(ErrorCode.unknown_member_id, f"no group {group_id!r}")
             group = self._new_consumer(group_id)
+        self._configure_consumer(group)
         response = group.heartbeat(
             request,
             topics=self._topics(),
@@ -296,6 +301,18 @@ class GroupCoordinator:
         )
         self._note_empty(group_id, group, now_ms)
         return response
+
+    def _configure_consumer(self, group: kip848.ConsumerGroup) -> None:
+        if self._consumer_timeouts is None:
+            return
+        session_ms, heartbeat_ms = self._consumer_timeouts(group.group_id)
+        wanted = replace(
+            self.settings.consumer,
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=heartbeat_ms,
+        )
+        if wanted != group.settings:
+            group.configure(wanted)
 
     def _note_empty(self, group_id: str, group: kip848.ConsumerGroup, now_ms: int) -> None:
         if group.is_empty:

@@ -153,7 +153,7 @@ def test_create_topics_defaults_the_partition_count(client: Client) -> None:
         ("small-seg", 1, {"configs": {"segment.bytes": "100"}}, ErrorCode.invalid_config),
         ("null-value", 1, {"configs": {"retention.ms": None}}, ErrorCode.invalid_config),
         ("policy", 1, {"configs": {"cleanup.policy": "shred"}}, ErrorCode.invalid_config),
-        ("codec", 1, {"configs": {"compression.type": "gzip"}}, ErrorCode.invalid_config),
+        ("codec", 1, {"configs": {"compression.type": "brotli"}}, ErrorCode.invalid_config),
         ("ts-type", 1, {"configs": {"message.timestamp.type": "Now"}}, ErrorCode.invalid_config),
     ],
 )
@@ -407,7 +407,8 @@ def test_describe_configs_of_the_broker(open_client: OpenClient) -> None:  # noq
     assert entries["num.partitions"].config_source == ConfigSource.STATIC_BROKER_CONFIG
     assert entries["log.retention.ms"].config_source == ConfigSource.DEFAULT_CONFIG
     assert entries["auto.create.topics.enable"].value == "true"
-    assert all(e.read_only for e in entries.values())
+    dynamic = {"log.retention.ms", "log.retention.bytes", "log.segment.bytes", "message.max.bytes"}
+    assert {name for name, e in entries.items() if not e.read_only} == dynamic
     other, _ = describe(client, "7", kind=BROKER)
     assert other.error_code == ErrorCode.invalid_request
 
@@ -441,7 +442,6 @@ def test_incremental_alter_configs_set_delete_append_subtract(client: Client, ve
         ([("retention.msec", SET, "1")], ErrorCode.invalid_config),
         ([("retention.ms", SET, "-7")], ErrorCode.invalid_config),
         ([("retention.ms", APPEND, "1")], ErrorCode.invalid_config),  # not a list config
-        ([("cleanup.policy", SUBTRACT, "delete")], ErrorCode.invalid_config),  # empty list
         ([("cleanup.policy", APPEND, "archive")], ErrorCode.invalid_config),
         ([("retention.ms", 9, "1")], ErrorCode.invalid_config),  # no such operation
         ([("retention.ms", SET, "1"), ("retention.ms", DELETE, None)], ErrorCode.invalid_config),
@@ -459,8 +459,10 @@ def test_incremental_alter_configs_refusals_change_nothing(
 def test_incremental_alter_configs_unknown_topic_broker_and_validate_only(client: Client) -> None:
     missing = alter_incremental(client, "missing", [("retention.ms", SET, "1")])
     assert missing.error_code == ErrorCode.unknown_topic_or_partition
-    broker = alter_incremental(client, "0", [("log.retention.ms", SET, "1")], kind=BROKER)
-    assert broker.error_code == ErrorCode.invalid_request
+    broker = alter_incremental(client, "0", [("num.partitions", SET, "1")], kind=BROKER)
+    assert broker.error_code == ErrorCode.invalid_request  # Kafka's answer for read-only ones
+    other = alter_incremental(client, "7", [("log.retention.ms", SET, "1")], kind=BROKER)
+    assert other.error_code == ErrorCode.invalid_request
     create(client, "dry", 1)
     dry = alter_incremental(client, "dry", [("retention.ms", SET, "1")], validate_only=True)
     assert dry.error_code == ErrorCode.none
@@ -581,6 +583,18 @@ def test_describe_cluster(client: Client, version: int) -> None:
     assert response.controller_id == client.broker.node_id
     assert [(b.broker_id, b.host, b.port) for b in response.brokers] == [(0, "127.0.0.1", 19092)]
     assert response.cluster_authorized_operations == -2147483648
+
+
+@pytest.mark.parametrize("version", range(3))
+def test_describe_cluster_authorizes_exactly_kafkas_cluster_operations(
+    client: Client, version: int
+) -> None:
+    request = {"include_cluster_authorized_operations": True, "endpoint_type": 1}
+    response = client.call(DESCRIBE_CLUSTER, request, version)
+    # ALTER 7, ALTER_CONFIGS 11, CLUSTER_ACTION 9, CREATE 5, DESCRIBE 8, DESCRIBE_CONFIGS 10,
+    # IDEMPOTENT_WRITE 12: Kafka's AclOperation codes for the cluster resource, not WRITE 4.
+    ops = response.cluster_authorized_operations
+    assert {bit for bit in range(32) if ops >> bit & 1} == {5, 7, 8, 9, 10, 11, 12}
 
 
 @pytest.mark.parametrize("version", range(1, 5))

@@ -70,6 +70,12 @@ def client(tmp_path: Path, timers: ManualTimers) -> Iterator[Client]:
         flush_interval_ms=3_600_000,
         default_partitions=1,
         group_initial_rebalance_delay_ms=0,
+        # below Kafka's bounds for a group's own values: these tests step short ones
+        group_share_min_session_timeout_ms=1,
+        group_share_min_heartbeat_interval_ms=1,
+        group_share_min_record_lock_duration_ms=1,
+        group_share_max_record_lock_duration_ms=3_600_000,
+        group_share_min_delivery_count_limit=1,
     )
     client = Client(settings, clock=timers.clock, timers=timers)
     yield client

@@ -29,9 +29,12 @@ meanwhile, or after `CREATE_WAIT_MAX_MS` with REQUEST_TIMED_OUT while the creati
 (Kafka's answer to a creation that outlasts the request's timeout).
 
 One broker is the whole cluster: a replication factor of 1 (or -1, "the default") is the
-only one possible, and a manual replica assignment may name only this broker. Broker
-configs can be described (read-only: they come from the settings file, the environment
-and flags) but not altered.
+only one possible, and a manual replica assignment may name only this broker.
+
+Configs: TOPIC (2), BROKER (4) and GROUP (32; librdkafka's 3) resources are described and
+altered, by AlterConfigs (the whole set replaced) and IncrementalAlterConfigs. A BROKER
+resource is this broker's id or "" (the cluster-wide default); only the dynamic broker
+configs of broker/dynamic_configs.py change, in force at once. Groups: broker/group_configs.py.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from typing import Any, Final
 from ....broker import configs
 from ....broker.configs import ConfigSource, ConfigType
 from ....broker.core import CREATE_IN_REQUEST_MAX, INTERNAL_TOPICS, PARTITIONS_MAX, Broker
+from ....broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC, NODE, DynamicBrokerConfigs
 from ....broker.exchanges import BINDINGS_CONFIG
 from ....broker.topics import (
     InvalidReplicaAssignmentError,
@@ -90,6 +94,8 @@ CREATE_TOPICS_QUOTA_VERSION: Final = 6
 DELETE_TOPICS_QUOTA_VERSION: Final = 5
 CREATE_PARTITIONS_QUOTA_VERSION: Final = 3
 """The first versions that know THROTTLING_QUOTA_EXCEEDED (KIP-599)."""
+DESCRIBE_CLUSTER_OPERATIONS: Final = CLUSTER_OPERATIONS
+"""Kafka's seven operations on the CLUSTER resource (see `metadata.CLUSTER_OPERATIONS`)."""
 CREATE_WAIT_MAX_MS: Final = 30_000
 """The longest a CreateTopics or CreatePartitions answer waits for an off-loop creation:
 about a client's own request timeout (librdkafka's and Java's are 30 s)."""
@@ -281,7 +287,7 @@ def _created(broker: Broker, topic: Topic) -> dict[str, Any]:
                 "config_source": entry.source,
                 "is_sensitive": entry.sensitive,
             }
-            for entry in configs.describe(broker.settings, topic.configs)
+            for entry in broker.describe_overrides(topic.configs)
         ],
     }
 
@@ -513,8 +519,7 @@ def _resource_configs(broker: Broker, kind: int, name: str) -> list[configs.Conf
     if kind == RESOURCE_TOPIC:
         return broker.describe_topic_configs(name)
     if kind == RESOURCE_BROKER:
-        _check_broker_name(broker, name)
-        return broker_configs(broker.settings)
+        return broker_configs(broker.dynamic_configs, _broker_layer(broker, name))
     if kind in RESOURCE_GROUPS:
         return broker.group_configs.describe(name)
     raise _InvalidRequest(
@@ -522,10 +527,14 @@ def _resource_configs(broker: Broker, kind: int, name: str) -> list[configs.Conf
     )
 
 
-def _check_broker_name(broker: Broker, name: str) -> None:
-    # "" is how clients ask for the cluster-wide defaults; one broker has no other defaults.
-    if name not in ("", str(broker.node_id)):
-        raise _InvalidRequest(f"unknown broker {name!r}; this broker is {broker.node_id}")
+def _broker_layer(broker: Broker, name: str) -> str:
+    """The dynamic layer a BROKER resource names: this broker's id, or "" for the
+    cluster-wide default (broker/dynamic_configs.py)."""
+    if name == "":
+        return CLUSTER_DEFAULT
+    if name == str(broker.node_id):
+        return NODE
+    raise _InvalidRequest(f"unknown broker {name!r}; this broker is {broker.node_id}")
 
 
 def _entry(entry: configs.ConfigEntry, synonyms: bool, documentation: bool) -> dict[str, Any]:
@@ -543,30 +552,37 @@ def _entry(entry: configs.ConfigEntry, synonyms: bool, documentation: bool) -> d
     }
 
 
-def broker_configs(settings: Settings) -> list[configs.ConfigEntry]:
-    """The broker's settings under their Kafka names, read-only."""
+def broker_configs(dynamic: DynamicBrokerConfigs, layer: str) -> list[configs.ConfigEntry]:
+    """The broker's settings under their Kafka names. For this broker (`NODE`), every one,
+    with the dynamic layers over the static settings; for the cluster-wide default, as
+    Kafka answers, only the configs set on that layer. Read-only but the `DYNAMIC` ones."""
     defaults = Settings()
     entries = []
     for spec in SETTING_SPECS:
         if spec.kafka_name is None:
             continue
-        value = getattr(settings, spec.name)
+        value = getattr(dynamic.static, spec.name)
         source = (
             ConfigSource.DEFAULT_CONFIG
             if value == getattr(defaults, spec.name)
             else ConfigSource.STATIC_BROKER_CONFIG
         )
         text = _setting_text(value)
+        synonyms = [*dynamic.synonyms(spec.kafka_name), (spec.kafka_name, text or "", source)]
+        if layer == CLUSTER_DEFAULT:
+            synonyms = [s for s in synonyms if s[2] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+            if not synonyms:
+                continue
         entries.append(
             configs.ConfigEntry(
                 name=spec.kafka_name,
-                value=text,
-                source=source,
-                read_only=True,
+                value=synonyms[0][1] if synonyms[0][2] != source else text,
+                source=synonyms[0][2],
+                read_only=spec.kafka_name not in DYNAMIC,
                 sensitive=False,
                 type=_setting_type(value),
                 documentation=spec.meaning,
-                synonyms=((spec.kafka_name, text or "", source),),
+                synonyms=tuple(synonyms),
             )
         )
     return sorted(entries, key=lambda e: e.name)
@@ -595,13 +611,18 @@ def handle_alter_configs(
     responses = []
     for resource in request.resources:
         code, message = ErrorCode.none, None
+        validate_only = bool(request.validate_only)
         try:
-            _check_alterable(broker, resource)
-            broker.replace_topic_configs(
-                resource.resource_name,
-                _named_once(resource.configs),
-                validate_only=bool(request.validate_only),
-            )
+            kind, name = int(resource.resource_type), resource.resource_name
+            values = _named_once(resource.configs)
+            if kind == RESOURCE_BROKER:
+                layer = _broker_layer(broker, name)
+                broker.alter_broker_configs(layer, values=values, validate_only=validate_only)
+            elif kind in RESOURCE_GROUPS:
+                broker.group_configs.replace(name, values, validate_only=validate_only)
+            else:
+                _check_alterable(broker, resource)
+                broker.replace_topic_configs(name, values, validate_only=validate_only)
         except KafkaError as exc:
             code, message = _error(exc)
         responses.append(_altered(resource, code, message))
@@ -621,6 +642,11 @@ def handle_incremental_alter_configs(
                 broker.group_configs.alter(
                     resource.resource_name, ops, validate_only=bool(request.validate_only)
                 )
+                responses.append(_altered(resource, code, message))
+                continue
+            if int(resource.resource_type) == RESOURCE_BROKER:
+                layer = _broker_layer(broker, resource.resource_name)
+                broker.alter_broker_configs(layer, ops, validate_only=bool(request.validate_only))
                 responses.append(_altered(resource, code, message))
                 continue
             _check_alterable(broker, resource)
@@ -644,14 +670,10 @@ async def _after_definitions_durable(broker: Broker, response: dict[str, Any]) -
 
 def _check_alterable(broker: Broker, resource: _Resource) -> None:
     kind = int(resource.resource_type)
-    if kind == RESOURCE_BROKER:
-        _check_broker_name(broker, resource.resource_name)
-        raise _InvalidRequest(
-            "broker settings are static: change them in the settings file, environment or "
-            "flags, and restart"
-        )
     if kind != RESOURCE_TOPIC:
-        raise _InvalidRequest(f"resource type {kind} cannot be altered (topics 2 can)")
+        raise _InvalidRequest(
+            f"resource type {kind} cannot be altered (topics 2, brokers 4 and groups 32 can)"
+        )
 
 
 def _altered(resource: _Resource, code: ErrorCode, message: str | None) -> dict[str, Any]:
@@ -715,7 +737,7 @@ def handle_describe_cluster(
             }
         ],
         "cluster_authorized_operations": (
-            CLUSTER_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
+            DESCRIBE_CLUSTER_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
         ),
     }
 
