@@ -32,6 +32,7 @@ from weirmq.storage.cleaner import (
 from weirmq.storage.config import LogConfig
 from weirmq.storage.log import FileLog
 from weirmq.storage.manager import LogManager
+from weirmq.storage.repair import apply_plan, plan_repair
 from weirmq.storage.verify import verify_data_dir
 from weirmq.testing import ManualClock
 from weirmq.testing.records import split_batches
@@ -519,3 +520,57 @@ def test_verify_judges_a_data_dir_with_an_interrupted_swap_as_the_broker_will_op
     report = verify_data_dir(tmp_path)
     assert report.ok, report.to_json()
     manager.cleaner.close()
+
+
+@pytest.mark.parametrize("crash", ["cleaned", "olds-renamed"])
+def test_repair_finishes_an_interrupted_swap_as_the_broker_would(
+    tmp_path: Path, clock: ManualClock, crash: str
+) -> None:
+    """`weirmq storage repair` on a directory a kill -9 left mid-compaction: a torn
+    `.log.cleaned` (rolled back), or a merging swap with its later segments already renamed
+    `.log.deleted` (finished). Repair leaves no leftover and loses nothing."""
+    manager, log_ = _cleaned_then_more(tmp_path, clock)
+    _append(log_, [[(b"k%d" % (i % 4), b"last-%d" % i)] for i in range(60)], clock)
+    _roll_and_flush(log_)
+    manager.write_checkpoints()
+    before = _contents(log_)
+    newest = sorted({k: (o, k, v) for o, k, v in before}.values())
+    checkpoint = read_offsets(tmp_path / CLEANER_CHECKPOINT_FILE)[TP]
+    plan = plan_cleaning(log_, checkpoint, _compaction(), clock())
+    assert plan is not None
+    cleaning = clean_log(
+        TP, log_, plan, _compaction(), CleanerSettings(), now_ms=clock(), throttle=Throttle(1 << 40)
+    )
+    assert cleaning is not None
+    merging = next(swap for swap in cleaning.swaps if len(swap.old) > 1)
+    if crash == "cleaned":
+        stem = merging.path.removesuffix(".log.swap")
+        os.rename(merging.path, stem + ".log.cleaned")
+        os.truncate(stem + ".log.cleaned", 100)
+    else:
+        for old in merging.old[1:]:
+            os.rename(old.log_path, old.log_path + ".deleted")
+    manager.cleaner.close()
+    manager.committer.close()
+    manager.handles.close()
+
+    plans = plan_repair(verify_data_dir(tmp_path))
+    (repair,) = plans
+    assert repair.steps[0].what == "finish-swaps" and repair.lost == ()
+    apply_plan(plans, tmp_path)
+    assert not [p for p in os.listdir(log_.directory) if ".log." in p]
+    assert verify_data_dir(tmp_path).ok
+    assert plan_repair(verify_data_dir(tmp_path)) == []
+
+    again = _manager(tmp_path, clock, _compaction())
+    try:
+        recovered = again.get(*TP)
+        assert recovered is not None and recovered.offline_reason is None
+        after = _contents(recovered)
+        assert set(after) <= set(before), "nothing invented"
+        assert set(newest) <= set(after), "no newest record lost"
+        bases = {s.base_offset for s in recovered.segments}
+        # The merging rewrite was finished (its later segments gone), or rolled back.
+        assert (merging.old[1].base_offset in bases) == (crash == "cleaned")
+    finally:
+        again.close()

@@ -164,8 +164,10 @@ def repair(
     """Make damaged partitions servable again, giving up their damaged ranges.
 
     Truncates a damaged segment at its first bad batch (or, with --quarantine, moves it
-    aside), records the offsets given up, and prints what was lost. Nothing is deleted:
-    whatever leaves a log goes to quarantine/ in the data directory."""
+    aside), records the offsets given up, and prints what was lost. Nothing damaged is
+    deleted: whatever leaves a log goes to quarantine/ in the data directory. A compaction
+    swap the broker was stopped in is finished first, as the broker's start would (the
+    segments it replaces are deleted; the cleaned ones hold their records)."""
     from weirmq.storage.repair import apply_plan, plan_repair
     from weirmq.storage.verify import verify_data_dir
 
@@ -222,6 +224,8 @@ def _step_sentence(data_dir: Path, step: Step, dry_run: bool) -> str:
         sentence = f"move {path} to {_relative(data_dir, step.detail)}/"
     elif step.what == "create":
         sentence = f"create the empty segment {path}, where appends go on"
+    elif step.what == "finish-swaps":
+        sentence = f"finish the log cleaner's interrupted swap in {path} ({step.detail})"
     else:
         sentence = f"record offsets {step.detail} as given up (in {path}/lost-offsets)"
     return f"would {sentence}" if dry_run else f"{sentence}: done"

@@ -31,9 +31,11 @@ One cleaning
    time of the last cleaning); then it goes, at the first cleaning after that (a log
    with nothing dirty is not cleaned for its tombstones alone). Records without a key
    go (Kafka's cleaner drops them too). Control batches and transactional batches are
-   kept as they are, and the latter do not enter the map: without the transaction index
-   the cleaner cannot tell aborted records from committed ones, and an aborted record
-   taken for a key's newest would remove the committed value before it.
+   kept as they are, and the latter do not enter the map: the cleaner does not consult
+   the transaction index (txnindex.py) to tell aborted records from committed ones, and
+   an aborted record taken for a key's newest would remove the committed value before
+   it. Since those batches are never touched, a segment's aborted-transaction entries
+   stay true after a rewrite (`FileLog.swap_cleaned` keeps or merges them).
 3. Offsets never change. A batch that keeps some records keeps its header (baseOffset,
    lastOffsetDelta, timestamps, producer id, epoch and base sequence); only recordsCount,
    the length and the CRC are new, and it is written uncompressed. A batch that keeps
@@ -51,14 +53,16 @@ Crash safety
 The rewrite of the run starting with segment `N.log` is written to `N.log.cleaned`,
 fsynced, validated as recovery would (`scan_indexed`, which also builds its indexes),
 renamed to `N.log.swap`, and the directory fsynced; all this on the cleaner's thread.
-Then the owner's thread (`FileLog.swap_cleaned`) deletes the run's index files, renames
+Then the owner's thread (`FileLog.swap_cleaned`) deletes the run's index files, merges
+the later segments' `.txnindex` entries into `N.txnindex` (when they have any), renames
 the run's later `.log` files to `.log.deleted` and fsyncs the directory, renames
-`N.log.swap` over `N.log`, deletes the `.log.deleted` files and installs the new
-segment; the directory is fsynced, and only then is the cleaner checkpoint written. The
-rewrite holds exactly the offsets of the run it replaces, so the old files and the new
-one are each a valid log: at the next open, a `.cleaned` file is deleted (rolled back),
-a `.swap` file renamed over its `.log` after the segments it covers are deleted
-(finished), and leftover `.log.deleted` files deleted (`log.finish_swaps`). Nothing is
+`N.log.swap` over `N.log`, deletes the `.log.deleted` and later `.txnindex` files and
+installs the new segment; the directory is fsynced, and only then is the cleaner
+checkpoint written. The rewrite holds exactly the offsets of the run it replaces, so the
+old files and the new one are each a valid log: at the next open, a `.cleaned` file is
+deleted (rolled back), a `.swap` file renamed over its `.log` after the segments it
+covers are deleted, their `.txnindex` entries merged into its own first (finished), and
+leftover `.log.deleted` files deleted (`log.finish_swaps`). Nothing is
 lost and nothing duplicated at any crash point.
 
 Bounds

@@ -1,15 +1,26 @@
 """A partition log on disk: a directory of segments, recovered on open.
 
     topic-0/
-        00000000000000000000.log  .index  .timeindex    sealed
-        00000000000000052000.log  .index  .timeindex    sealed
-        00000000000000104000.log  .index  .timeindex    active: appends go here
+        00000000000000000000.log  .index  .timeindex              sealed
+        00000000000000052000.log  .index  .timeindex  .txnindex   sealed, with aborts
+        00000000000000104000.log  .index  .timeindex              active: appends go here
 
 Appends are validated and offset-stamped (`prepare_append`), then written with one
 `pwritev` at the end of the active segment; the active segment rolls when the next write
 would pass `segment.bytes`, when it is older than `segment.ms` (by the broker's clock at
 its creation, not by producer timestamps, which can be anything), or when its 32-bit
 relative offsets would overflow.
+
+Aborted transactions (txnindex.py). When the broker appends an ABORT marker it records
+the transaction (`append_aborted_txn`) in the segment holding the marker's offset; a
+read_committed fetch asks `aborted_txns` for those overlapping what it returns. The
+entries live in memory per segment and in that segment's `.txnindex`, created with its
+first entry; they are written and fsynced by `flush` with the other indexes, dropped
+with their segment (retention, DeleteRecords, truncation) and, unlike the offset and time
+indexes, never rebuilt by storage: a crash may lose the newest and the broker re-appends
+them while replaying the log (an entry appended twice is kept once). At open a damaged
+`.txnindex` is dropped with a warning, and entries whose marker is no longer in the log
+(a torn tail was cut) are dropped.
 
 Durability. `flush` writes pending index entries, fsyncs every file holding bytes not
 yet fsynced (and the directory when segments were created), then advances
@@ -57,7 +68,11 @@ from the next offset that has data.
 Compaction (cleaner.py) replaces sealed segments by rewrites holding the same offsets,
 the removed ones in empty batches: `swap_cleaned` installs one on the owner's thread, and
 `finish_swaps` finishes or rolls back, at open, a swap a crash interrupted. Reads skip
-leading empty batches, so a fetch at a removed offset gets the next record.
+leading empty batches, so a fetch at a removed offset gets the next record. The cleaner
+keeps transactional and control batches as they are, so the aborted-transaction entries
+stay true: a rewrite keeps its first segment's `.txnindex` file, and one merging several
+segments merges their entries into it (written whole before any `.log` is renamed, so
+that `finish_swaps` can merge again after a crash).
 
 After a clean shutdown (all flushed, indexes synced) nothing is re-validated, except an
 active segment too small to have index entries: a clean close writes no index files for
@@ -94,11 +109,13 @@ from .handles import HandleCache
 from .interface import AppendInfo, Clock, ReadResult, TimestampOffset
 from .policy import retention_breaches, should_roll
 from .segment import CorruptDataError, IndexedScan, Segment, scan_file, segment_name
+from .txnindex import SUFFIX as TXN_SUFFIX
+from .txnindex import AbortedTxn, TxnIndex, merged, read_file, write_file
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", TXN_SUFFIX)
 # A read that fails a check re-validates its segment and is tried once more; failing
 # again means the segment changes under us: the log goes offline.
 _READ_ATTEMPTS = 2
@@ -145,6 +162,7 @@ class FileLog:
         self._lost: list[tuple[int, int]] = []  # ranges repair gave up (damage.py)
         self._dir_dirty = False
         self._parent_dirty = False  # the directory is new: its entry in the parent is not durable
+        self._txn_dirty = False  # an aborted-transaction entry not yet fsynced
         self._flushed = 0
         self._log_start = 0
         self._open(recovery_point, clean_shutdown, log_start_offset)
@@ -188,7 +206,12 @@ class FileLog:
     def needs_flush(self) -> bool:
         if self._fsync_failed is not None:
             return False  # nothing may be flushed until it is rolled back and probed
-        return self._flushed < self.log_end_offset or self._dir_dirty or self._parent_dirty
+        return (
+            self._flushed < self.log_end_offset
+            or self._dir_dirty
+            or self._parent_dirty
+            or self._txn_dirty
+        )
 
     @property
     def fsync_failed(self) -> str | None:
@@ -427,6 +450,49 @@ class FileLog:
         except CorruptDataError as exc:
             raise _SegmentCorrupt(self._segments.index(best), exc) from exc
 
+    # --- aborted transactions ---------------------------------------------------------
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction whose abort marker (at `entry.last_offset`) was
+        just appended; it goes into the segment holding `last_offset`. Must be called after
+        the marker's append. The entry is made durable by the log's next flush.
+
+        Entries must come in `last_offset` order: one equal to an entry already recorded
+        is ignored (the broker's replay after a crash re-appends what it finds missing),
+        any other not after the segment's last one is an `AssertionError`. An entry whose
+        segment retention already deleted is ignored: nobody can read its records."""
+        self._check_online()
+        if entry.last_offset >= self.log_end_offset:
+            raise AssertionError(
+                f"aborted transaction {entry}: its marker is not in {self.directory.name}, "
+                f"which ends at {self.log_end_offset}"
+            )
+        with self._lock:
+            if entry.last_offset < self._segments[0].base_offset:
+                return
+            i = bisect_right(self._bases, entry.last_offset) - 1
+            if self._segments[i].append_aborted_txn(entry):
+                self._txn_dirty = True
+                self._clean_prefix = min(self._clean_prefix, i)  # a sealed one, when replayed
+
+    def aborted_txns(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Every recorded aborted transaction with `last_offset >= start_offset` and
+        `first_offset < upper_offset`, oldest first (a read_committed fetch from
+        `start_offset` whose records end before `upper_offset`).
+
+        Searched from the segment holding `start_offset` to the end: a transaction may span
+        segments, so a later segment may hold the marker of one that began before
+        `upper_offset`. Kafka stops early at an entry whose last stable offset reaches
+        `upper_offset`; this search does not rely on the stored LSOs, and costs one check
+        per later segment (see `TxnIndex.collect`)."""
+        self._check_online()
+        first = max(bisect_right(self._bases, start_offset) - 1, 0)
+        found: list[AbortedTxn] = []
+        for segment in self._segments[first:]:
+            if len(segment.txn):
+                found += segment.txn.collect(start_offset, upper_offset)
+        return found
+
     # --- truncation, retention --------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
@@ -505,9 +571,11 @@ class FileLog:
         re-validation changed one): the rewrite is then stale.
 
         Order, for `finish_swaps` to finish it after a crash at any point: the index files
-        of `olds` are deleted; the later ones' `.log` files are renamed `.log.deleted` and
-        the directory fsynced; the swap file is renamed over the first's `.log`; then the
-        `.log.deleted` files are deleted. Readers on this thread never see a half-done
+        of `olds` are deleted; the aborted-transaction entries of the later ones, if any,
+        are merged into the first's `.txnindex` (rewritten whole and fsynced); the later
+        ones' `.log` files are renamed `.log.deleted` and the directory fsynced; the swap
+        file is renamed over the first's `.log`; then the `.log.deleted` files and the later
+        ones' `.txnindex` files are deleted. Readers on this thread never see a half-done
         swap; descriptors of the old files still cached are dropped."""
         first = olds[0]
         with self._lock:
@@ -530,6 +598,7 @@ class FileLog:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
                 self._handles.forget(old.log_path)
+            txn = _merged_txn(olds)
             for old in olds[1:]:
                 os.rename(old.log_path, old.log_path + DELETED_LOG_SUFFIX)
             if len(olds) > 1:
@@ -537,10 +606,13 @@ class FileLog:
             os.rename(swap_path, first.log_path)
             for old in olds[1:]:
                 os.unlink(old.log_path + DELETED_LOG_SUFFIX)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(old.txnindex_path)
             mtime_ns = now_ms * 1_000_000
             os.utime(first.log_path, ns=(mtime_ns, mtime_ns))  # when it was cleaned: cleaner.py
             new = Segment(self.directory, first.base_offset, self._handles, first.index_interval)
             new.install(scan)
+            new.txn = txn
             new.created_ms = now_ms
             segments = list(self._segments)
             segments[position : position + len(olds)] = [new]
@@ -588,7 +660,16 @@ class FileLog:
                 active.complete_time_index()
             # Only segments past the clean prefix can have anything to write or fsync: a
             # long log's sealed segments are not walked again on every group commit.
+            txn_created = False
             for segment in self._segments[self._clean_prefix :]:
+                txn_write = segment.txn.pending()
+                if txn_write is not None:
+                    _pwrite_file(segment.txnindex_path, *txn_write)
+                    segment.txn.persisted = len(segment.txn)
+                    txn_created = txn_created or txn_write[0] == 0  # maybe a new file
+                sync_txn = segment.txn.synced < segment.txn.persisted
+                if sync_txn:
+                    plan.paths.append(segment.txnindex_path)
                 index_writes = segment.pending_index_bytes()
                 for path, position, data in index_writes:
                     _pwrite_file(path, position, data)
@@ -603,9 +684,12 @@ class FileLog:
                     plan.paths += (segment.index_path, segment.timeindex_path)
                 if segment.synced_size < segment.size:
                     plan.paths.append(segment.log_path)
-                if segment.synced_size < segment.size or sync_indexes:
-                    plan.segments.append((segment, segment.size, sync_indexes))
-            if self._dir_dirty:
+                if segment.synced_size < segment.size or sync_indexes or sync_txn:
+                    plan.segments.append(
+                        (segment, segment.size, sync_indexes, segment.txn.persisted)
+                    )
+            self._txn_dirty = False
+            if self._dir_dirty or txn_created:
                 plan.paths.append(str(self.directory))
                 self._dir_dirty = False
             if self._parent_dirty:  # a new partition: its directory's entry in the data dir
@@ -616,9 +700,11 @@ class FileLog:
     def _finish_flush(self, plan: _FlushPlan) -> int:
         """Record what `plan`'s fsyncs made durable; returns the new recovery point."""
         with self._lock:
-            for segment, size, synced_indexes in plan.segments:
+            for segment, size, synced_indexes, txn_entries in plan.segments:
                 segment.synced_size = max(segment.synced_size, size)
                 segment.indexes_synced = segment.indexes_synced or synced_indexes
+                txn = segment.txn  # a truncation meanwhile may have dropped entries
+                txn.synced = min(max(txn.synced, txn_entries), txn.persisted)
             segments, clean = self._segments, self._clean_prefix
             while clean < len(segments) and segments[clean].durable_and_sealed:
                 clean += 1
@@ -641,9 +727,12 @@ class FileLog:
                 self._dir_dirty = True
             if str(self.directory.parent) in plan.paths:
                 self._parent_dirty = True
-            for segment, _size, _indexes in plan.segments:
+            for segment, _size, _indexes, txn_entries in plan.segments:
                 segment.index.persisted = segment.time_index.persisted = 0
                 segment.indexes_synced = False
+                if txn_entries:
+                    segment.txn.persisted = segment.txn.synced = 0
+                    self._txn_dirty = True
             self._clean_prefix = 0
         return StorageError(f"fsync failed for {self.directory.name}: {exc}")
 
@@ -699,7 +788,7 @@ class FileLog:
         if not self.directory.is_dir():
             self.directory.mkdir(parents=True, exist_ok=True)
             self._parent_dirty = True
-        bases = _segment_bases(self.directory)
+        bases, with_txn = _segment_bases(self.directory)
         if not bases:
             segment = self._new_segment(log_start_offset)
             segment.create_file()
@@ -725,7 +814,9 @@ class FileLog:
                 f"{recovery_point}: flushed data is missing"
             )
         if problem is not None:
-            self._go_offline(problem)
+            self._go_offline(problem)  # its `.txnindex` files are left as they are
+        else:
+            self._load_txn_indexes(with_txn)
         self._segments[-1].sealed = False
         end = self.log_end_offset
         self._log_start = min(max(log_start_offset, self._segments[0].base_offset), end)
@@ -769,6 +860,26 @@ class FileLog:
         if damaged is not None:
             self._damaged_tail(segments[-1], damaged, recovery_point)
         return None
+
+    def _load_txn_indexes(self, with_txn: set[int]) -> None:
+        """Read the `.txnindex` of the segments that have one (`with_txn`: base offsets,
+        from the directory listing, so the usual segment without costs no system call),
+        once the segments are final. A segment holds the markers up to where the next one
+        starts (past its valid bytes when it is damaged: those offsets are refused, but an
+        abort there still concerns the records around them); the last one up to the log
+        end."""
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            if segment.base_offset not in with_txn:
+                continue
+            end = segments[i + 1].base_offset if i + 1 < len(segments) else segment.next_offset
+            problem = segment.load_txn_index(end)
+            if problem is not None:
+                log.warning(
+                    "partition log %s: dropped the damaged %s (%s); the broker rebuilds "
+                    "its aborted transactions from the log",
+                    self.directory, segment.txnindex_path, problem,
+                )  # fmt: skip
 
     def _gap(self, segments: list[Segment], i: int, recovery_point: int) -> str | None:
         """Segment `i` does not start where its predecessor ends. Above the recovery point
@@ -840,8 +951,9 @@ class _FlushPlan:
 
     target: int
     """The log end when planned: the recovery point once the fsyncs succeed."""
-    segments: list[tuple[Segment, int, bool]] = field(default_factory=list)
-    """(segment, its size when planned, whether its index files are fsynced too)."""
+    segments: list[tuple[Segment, int, bool, int]] = field(default_factory=list)
+    """(segment, its size when planned, whether its index files are fsynced too, how many
+    aborted-transaction entries its `.txnindex` holds once fsynced)."""
     paths: list[str] = field(default_factory=list)
     """Files to fsync, then the directory when segments were created or deleted."""
 
@@ -875,11 +987,13 @@ def flush_logs(
     return failed
 
 
-def _segment_bases(directory: Path) -> list[int]:
-    """Base offsets of the segments in `directory`, clearing leftovers of interrupted work."""
+def _segment_bases(directory: Path) -> tuple[list[int], set[int]]:
+    """Base offsets of the segments in `directory`, and of those with a `.txnindex`,
+    clearing leftovers of interrupted work."""
     finish_swaps(directory)
     bases = []
     logs = set()
+    with_txn = set()
     for entry in os.scandir(directory):
         stem, _, suffix = entry.name.partition(".")
         if entry.name.endswith(".tmp"):
@@ -889,14 +1003,34 @@ def _segment_bases(directory: Path) -> list[int]:
             logs.add(stem)
     for entry in os.scandir(directory):
         stem, _, suffix = entry.name.partition(".")
-        if suffix in ("index", "timeindex") and stem not in logs:
+        if suffix in ("index", "timeindex", TXN_SUFFIX[1:]) and stem not in logs:
             os.unlink(entry.path)  # an index whose log is gone (deletion interrupted)
-    return sorted(bases)
+        elif "." + suffix == TXN_SUFFIX:
+            with_txn.add(int(stem))
+    return sorted(bases), with_txn
 
 
 CLEANED_SUFFIX = ".log.cleaned"
 SWAP_SUFFIX = ".log.swap"
 DELETED_LOG_SUFFIX = ".deleted"  # after ".log": a segment a swap replaced
+
+
+def _merged_txn(olds: Sequence[Segment]) -> TxnIndex:
+    """The aborted-transaction index of the rewrite of `olds` (see `swap_cleaned`): the
+    first's, kept with its file as it is, unless a later one has entries; then all of
+    theirs (adjacent segments: already in order), written whole to the first's file."""
+    if not any(len(old.txn) for old in olds[1:]):
+        return olds[0].txn
+    entries = [entry for old in olds for entry in old.txn.entries]
+    write_file(olds[0].txnindex_path, entries)
+    return TxnIndex(entries, on_disk=True)
+
+
+def pending_swaps(directory: Path) -> list[str]:
+    """The names of the files a cleaner's swap interrupted by a crash left in `directory`,
+    which `finish_swaps` finishes or rolls back (empty when none)."""
+    suffixes = (CLEANED_SUFFIX, SWAP_SUFFIX, ".log" + DELETED_LOG_SUFFIX)
+    return sorted(e.name for e in os.scandir(directory) if e.name.endswith(suffixes))
 
 
 def finish_swaps(directory: Path) -> None:
@@ -905,8 +1039,11 @@ def finish_swaps(directory: Path) -> None:
 
     - `N.log.cleaned`: still being written; deleted (the old segments stay).
     - `N.log.swap`: whole and fsynced, holding exactly the offsets of the segments it
-      replaces, from N to where it ends (found by scanning it): the index files of those
-      segments and the `.log` files after N are deleted, then it is renamed over `N.log`.
+      replaces, from N to where it ends (found by scanning it): the `.txnindex` entries of
+      the segments after N are merged into `N.txnindex` (again, if the crash came after
+      `swap_cleaned` did it: a merge keeps each entry once), the index files of those
+      segments and the `.log` and `.txnindex` files after N are deleted, then it is
+      renamed over `N.log`.
       If `N.log` is gone (retention deleted it), or the file does not scan whole, it is
       deleted instead and segments already renamed `.log.deleted` get their names back.
     - `.log.deleted` files left over once no swap is pending: deleted (the swap was done).
@@ -939,15 +1076,39 @@ def _finish_swap(directory: Path, base: int, swap_path: str) -> None:
         os.unlink(swap_path)
         log.warning("recovery: rolled back the cleaner's swap of %s", target)
         return
+    _merge_txn_files(directory, base, scan.next_offset)
     for entry in os.scandir(directory):
         stem, _, suffix = entry.name.partition(".")
         if len(stem) != 20 or not stem.isdigit() or not base <= int(stem) < scan.next_offset:
             continue
-        if suffix in ("index", "timeindex") or (suffix == "log" and int(stem) != base):
+        later = int(stem) != base
+        if suffix in ("index", "timeindex") or (later and suffix in ("log", TXN_SUFFIX[1:])):
             os.unlink(entry.path)
     os.rename(swap_path, target)
     log.warning("recovery: finished the cleaner's swap of %s", target)
     _fsync_path(str(directory))
+
+
+def _merge_txn_files(directory: Path, base: int, end: int) -> None:
+    """Merge the `.txnindex` files of the segments in (base, end) into `base`'s, fsynced;
+    a damaged one gives nothing (the broker rebuilds its entries from the log)."""
+    later = sorted(
+        entry.path
+        for entry in os.scandir(directory)
+        if entry.name.endswith(TXN_SUFFIX)
+        and entry.name[:20].isdigit()
+        and base < int(entry.name[:20]) < end
+    )
+    if not later:
+        return
+    own = directory / f"{segment_name(base)}{TXN_SUFFIX}"
+    runs = []
+    for path in (str(own), *later):
+        found = read_file(path)
+        if isinstance(found, str):
+            log.warning("recovery: dropped the damaged %s (%s)", path, found)
+        runs.append(found if isinstance(found, list) else [])
+    write_file(str(own), merged(*runs))
 
 
 _RECORDS_COUNT_AT = 57

@@ -15,9 +15,19 @@ or throw away.
                --quarantine (or when nothing before the bad batch is valid) the whole
                segment is moved to quarantine instead, its intact prefix with it.
     missing    nothing to move: the range is only recorded as given up.
-    index      the index file is moved to quarantine; the broker rebuilds it.
+    index      the index file is moved to quarantine; the broker rebuilds it (a
+               `.txnindex` too: the broker re-appends its aborted transactions).
     overlap    not repaired: which of two files holding the same offsets is right is
                for a person to decide (move one aside by hand, then repair again).
+
+A compaction swap that a crash interrupted (the cleaner's `.log.cleaned`, `.log.swap` or
+`.log.deleted` files left in a partition directory, cleaner.py) is finished or rolled back
+first, exactly as the broker's open does (`log.finish_swaps`), whether or not the
+partition has other findings: verify judged the partition as if it were done, and its
+findings name the files the finished swap leaves. This is the one step that deletes: the
+`.log.cleaned` rewrite that was never complete, or the segment files a complete rewrite
+replaces, which hold nothing the rewrite lost (the rewrite is kept only if it scans
+whole).
 
 Every range given up is written to the partition's lost-offsets file (damage.py), so the
 next open knows the gap is intended and reads past it. When the damage reaches the end
@@ -44,7 +54,9 @@ from pathlib import Path
 
 from .checkpoint import fsync_directory
 from .damage import read_lost_ranges, write_lost_ranges
+from .log import finish_swaps, pending_swaps
 from .segment import segment_name
+from .txnindex import SUFFIX as TXN_SUFFIX
 from .verify import (
     DAMAGED,
     INDEX,
@@ -63,7 +75,8 @@ _QUARANTINE_NAMES_MAX = 1000
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One change to the files: `what` is "truncate", "move", "create" or "record"."""
+    """One change to the files: `what` is "finish-swaps", "truncate", "move", "create" or
+    "record"."""
 
     what: str
     path: str
@@ -106,7 +119,7 @@ def plan_repair(report: DataDirReport, *, quarantine_segments: bool = False) -> 
     return [
         _plan_partition(partition, report.data_dir, quarantine_segments)
         for partition in report.partitions
-        if not partition.ok
+        if not partition.ok or pending_swaps(partition.directory)
     ]
 
 
@@ -144,6 +157,9 @@ def _plan_partition(
     if lost:
         ranges = ", ".join(f"{a}..{b - 1}" for a, b in lost)
         steps.insert(0, Step("record", str(partition.directory), 0, ranges))
+    leftovers = pending_swaps(partition.directory)
+    if leftovers:
+        steps.insert(0, Step("finish-swaps", str(partition.directory), 0, ", ".join(leftovers)))
     return PartitionPlan(
         partition.name,
         partition.directory,
@@ -157,7 +173,8 @@ def _plan_partition(
 def _cut_steps(finding: Finding, base: int, whole: bool, quarantine: Path) -> list[Step]:
     stem = finding.path.removesuffix(".log")
     indexes = [p for p in (stem + ".index", stem + ".timeindex") if os.path.exists(p)]
-    if whole:
+    if whole:  # its aborted transactions go with it (a cut segment keeps those before the cut)
+        indexes += [p for p in (stem + TXN_SUFFIX,) if os.path.exists(p)]
         return [Step("move", p, 0, str(quarantine)) for p in (finding.path, *indexes)]
     # The index files describe bytes about to be cut: they go too (the broker rebuilds).
     return [
@@ -171,9 +188,10 @@ def _create_step(directory: Path, base_offset: int) -> Step:
 
 
 def _ordered(steps: list[Step]) -> Iterator[Step]:
-    """The crash-safe order of the module docstring: record, create, then cut and move
-    (each cut copies its bytes to quarantine before cutting; see `_truncate`)."""
-    order = {"record": 0, "create": 1, "move": 2, "truncate": 2}
+    """The crash-safe order of the module docstring: finish swaps, record, create, then
+    cut and move (each cut copies its bytes to quarantine before cutting; see
+    `_truncate`)."""
+    order = {"finish-swaps": -1, "record": 0, "create": 1, "move": 2, "truncate": 2}
     seen = set()
     for step in sorted(steps, key=lambda s: order[s.what]):
         if step not in seen:  # two findings may ask for the same index file to move
@@ -195,7 +213,9 @@ def apply_plan(plans: Iterable[PartitionPlan], data_dir: Path) -> list[str]:
     for plan in plans:
         touched: set[Path] = {plan.directory}
         for step in plan.steps:
-            if step.what == "record":
+            if step.what == "finish-swaps":
+                finish_swaps(Path(step.path))
+            elif step.what == "record":
                 old = read_lost_ranges(plan.directory)
                 write_lost_ranges(plan.directory, [*old, *plan.lost])
             elif step.what == "create":

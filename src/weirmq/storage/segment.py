@@ -1,13 +1,19 @@
-"""One log segment: a `.log` file of record batches plus its two sparse indexes.
+"""One log segment: a `.log` file of record batches plus its indexes.
 
-A segment is named by its base offset (`{base_offset:020d}.log`, `.index`, `.timeindex`)
-and holds a contiguous run of batches, stored byte for byte as the producer sent them
-with offsets assigned. Only the last segment of a log (the active one) is appended to;
-the others are sealed.
+A segment is named by its base offset (`{base_offset:020d}.log`, `.index`, `.timeindex`,
+and `.txnindex` once an aborted transaction's marker lands in it) and holds a contiguous
+run of batches, stored byte for byte as the producer sent them with offsets assigned.
+Only the last segment of a log (the active one) is appended to; the others are sealed.
 
-What is kept in memory per segment is small: sizes, offsets, the largest timestamp and
-the two index arrays (one entry per `index.interval.bytes`). File descriptors come from
-the shared `HandleCache`, so a segment holds none of its own.
+What is kept in memory per segment is small: sizes, offsets, the largest timestamp, the
+two sparse index arrays (one entry per `index.interval.bytes`) and the aborted
+transactions whose markers it holds (txnindex.py). File descriptors come from the shared
+`HandleCache`, so a segment holds none of its own.
+
+The offset and time indexes are derived from the log and rebuilt whenever in doubt
+(`recover` resets them). The aborted-transaction index is not: recovery keeps it, and
+only a truncation (`truncate_to`, or the open's cut of a torn tail through
+`load_txn_index`) drops the entries whose marker it removed.
 
 Reading never parses records: the offset index gives a batch boundary at or before the
 target, a forward walk over batch headers finds the batch containing it, and whole
@@ -49,6 +55,9 @@ from .handles import HandleCache
 from .index import OffsetIndex, TimeIndex
 from .interface import TimestampOffset
 from .policy import RELATIVE_OFFSET_MAX
+from .txnindex import ENTRY_BYTES as TXN_ENTRY_BYTES
+from .txnindex import SUFFIX as TXN_SUFFIX
+from .txnindex import AbortedTxn, TxnIndex, read_file
 
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 _NO_INDEX_BYTES = 1 << 62  # an index interval no file reaches: `scan_file` builds no index
@@ -136,6 +145,8 @@ class Segment:
         "synced_size",
         "time_index",
         "timeindex_path",
+        "txn",
+        "txnindex_path",
     )
 
     def __init__(
@@ -146,6 +157,8 @@ class Segment:
         self.log_path = str(directory / f"{name}.log")
         self.index_path = str(directory / f"{name}.index")
         self.timeindex_path = str(directory / f"{name}.timeindex")
+        self.txnindex_path = str(directory / f"{name}{TXN_SUFFIX}")
+        self.txn = TxnIndex()  # not in `_reset`: recovery cannot rebuild it (module docstring)
         self._handles = handles
         self._index_interval_bytes = index_interval_bytes
         self.created_ms = 0  # the broker's clock when created (or file mtime when loaded)
@@ -252,6 +265,7 @@ class Segment:
             and self.synced_size >= self.size
             and len(self.index) == self.index.persisted
             and len(self.time_index) == self.time_index.persisted
+            and self.txn.synced == len(self.txn)
         )
 
     def pending_index_bytes(self) -> list[tuple[str, int, bytes]]:
@@ -276,8 +290,10 @@ class Segment:
         self.time_index.persisted = len(self.time_index)
 
     def delete_files(self) -> None:
+        """The `.txnindex` goes first, so that no crash leaves aborts without their segment
+        (an open would delete such a file too, as an index whose log is gone)."""
         self._handles.forget(self.log_path)
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        for path in (self.txnindex_path, self.log_path, self.index_path, self.timeindex_path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -369,6 +385,55 @@ class Segment:
                 os.truncate(path, 0)
         self.index.persisted = self.time_index.persisted = 0
         self.indexes_synced = False
+        self.truncate_txn(self.next_offset)
+
+    # --- aborted transactions (txnindex.py) -------------------------------------------
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> bool:
+        """Index an aborted transaction whose marker this segment holds; False when it is
+        already indexed. The file is written by the log's next flush."""
+        if not self.base_offset <= entry.last_offset < self.next_offset:
+            raise AssertionError(
+                f"aborted transaction {entry}: segment {self.base_offset} holds offsets "
+                f"{self.base_offset}..{self.next_offset - 1}, not its marker"
+            )
+        return self.txn.append(entry)
+
+    def truncate_txn(self, end_offset: int) -> None:
+        """Drop the entries whose marker is at or after `end_offset`, from memory and file
+        (cut to the entries kept; deleted when none is, as a segment without aborts has no
+        file)."""
+        before = len(self.txn)
+        kept = self.txn.truncate(end_offset)
+        if kept == before:
+            return
+        # Cut to what is known to be written (after a failed fsync, `persisted` is 0 while
+        # the file still holds entries, some of them maybe dropped now).
+        with contextlib.suppress(FileNotFoundError):
+            if kept == 0:
+                os.unlink(self.txnindex_path)
+            elif os.path.getsize(self.txnindex_path) > self.txn.persisted * TXN_ENTRY_BYTES:
+                os.truncate(self.txnindex_path, self.txn.persisted * TXN_ENTRY_BYTES)
+
+    def load_txn_index(self, end_offset: int) -> str | None:
+        """Read the `.txnindex` file at open, keeping the entries whose marker is below
+        `end_offset` (where the next segment starts, or the log ends: a torn tail was cut,
+        or the file was written back before the log's last bytes). A damaged file is
+        deleted: returns what was wrong with it, for the log to warn."""
+        found = read_file(self.txnindex_path)
+        if found is None:
+            self.txn = TxnIndex()
+            return None
+        if isinstance(found, list) and found and found[0].last_offset < self.base_offset:
+            found = f"entry 0 names offset {found[0].last_offset}, below the segment's base"
+        if isinstance(found, str):
+            self.txn = TxnIndex()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.txnindex_path)
+            return found
+        self.txn = TxnIndex(found, on_disk=True)
+        self.truncate_txn(end_offset)
+        return None
 
     # --- opening and recovery ---------------------------------------------------------
 

@@ -15,6 +15,8 @@ data directory's checkpoint, so that verify says what the next start will do:
                segment gone, a file cut between batches)
     overlap    a segment starting inside the one before     keeps the partition offline
     index      an index file that disagrees with its log    may read at a wrong position
+               (or a `.txnindex` that is not well formed:   (drops it at start: its aborts
+               torn, out of order, bad version)             are unknown until rebuilt)
     torn-tail  bad bytes above the recovery point: the      cuts it off at start
                unflushed end of a crash
     lost       a range an earlier repair gave up            reads past it
@@ -26,6 +28,12 @@ which loses nothing that was acknowledged with acks=all, from damage to flushed 
 A partition the recovery-point checkpoint does not name is judged with recovery point 0,
 as the broker does: all of its bad bytes are then torn tails. The scan reads each file
 once, in large chunks, with one CRC call per batch; indexes cost one small read per entry.
+
+A segment's `.txnindex` (aborted transactions, txnindex.py) is read whole and checked for
+form only: whole 34-byte entries of version 0, markers in increasing order from the
+segment's base. Entries whose marker lies past the log's end are not a finding: the
+broker drops them at start, as it cuts a torn tail (the index file may reach the disk
+before the log's last bytes).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ from .manager import (
     parse_partition_dir,
 )
 from .segment import FileScan, scan_file, segment_name
+from .txnindex import SUFFIX as TXN_SUFFIX
+from .txnindex import read_file as read_txn_file
 
 DAMAGED = "damaged"
 MISSING = "missing"
@@ -285,6 +295,9 @@ def _judge(
                 yield finding
                 if finding.kind == TORN_TAIL:  # the broker drops this segment and later ones
                     return
+        finding = check_txn_index(segment)
+        if finding is not None:
+            yield finding
         scan = segment.scan
         if i < trusted and scan.problem is None:
             yield from check_indexes(segment)
@@ -396,6 +409,20 @@ def check_indexes(segment: SegmentFile) -> Iterator[Finding]:
     problem = _time_index_problem(segment, stem + ".timeindex")
     if problem is not None:
         yield Finding(INDEX, stem + ".timeindex", 0, segment.base_offset, None, 0, problem)
+
+
+def check_txn_index(segment: SegmentFile) -> Finding | None:
+    """A finding for a `.txnindex` that is not well formed (module docstring); a missing
+    one is the usual case (no abort in the segment)."""
+    name = f"{segment_name(segment.base_offset)}{TXN_SUFFIX}"
+    path = os.path.join(os.path.dirname(segment.path), name)
+    found = read_txn_file(path)
+    if isinstance(found, list) and found and found[0].last_offset < segment.base_offset:
+        found = f"entry 0 names offset {found[0].last_offset}, below the segment's base"
+    if not isinstance(found, str):
+        return None
+    problem = f"{found}: the broker drops it at start and rebuilds it from the log"
+    return Finding(INDEX, path, 0, segment.base_offset, None, 0, problem)
 
 
 def _read_if_present(path: str) -> bytes | None:
