@@ -26,6 +26,7 @@ Routes (all JSON, described in `weirmq.admin.openapi`, served at ``/openapi.json
     GET    /api/v1/topics/{name}/configs  PATCH                    200
     GET    /api/v1/groups
     GET    /api/v1/groups/{group}         DELETE                   204
+    GET    /api/v1/groups/{group}/configs PATCH                    200
                                           POST .../offsets         200 (token unless dry_run)
     GET    /api/v1/overview                                status, counts, traffic history
     GET    /api/v1/connections                             open connections per protocol
@@ -47,7 +48,12 @@ redrive) live in `weirmq.admin.operations`, which says which broker path each ta
 static files (``/``, ``/console/...``) are `weirmq.admin.console`'s.
 
 A group is read from the coordinator's views (`Broker.group_views`, `Broker.group_lag`)
-and deleted by `Broker.delete_group`, the code path of a Kafka DeleteGroups request.
+and deleted by `Broker.delete_group`, the code path of a Kafka DeleteGroups request. Its
+configs (`weirmq.broker.group_configs`) are read and changed through `Broker.group_configs`,
+the store a Kafka DescribeConfigs or IncrementalAlterConfigs on the GROUP resource uses, so
+both APIs check names, values and the broker's bounds alike. As in Kafka, a group need not
+exist to have configs: they may be set before its first member joins, so these two
+endpoints never answer 404 for an unknown group.
 
 An exchange is a topic with an exchange type (`weirmq.broker.exchanges`): it is declared
 through `Broker.create_topic` and deleted through `Broker.delete_topic`, as a Kafka client
@@ -116,6 +122,7 @@ from prometheus_client import CollectorRegistry
 
 from weirmq.broker import configs
 from weirmq.broker.core import Broker
+from weirmq.broker.group_configs import SetOp
 from weirmq.broker.topics import Topic
 from weirmq.settings import Settings, parse_host_port
 
@@ -274,6 +281,8 @@ def create_app(
             web.get("/api/v1/groups", list_groups),
             web.get("/api/v1/groups/{group}", get_group),
             web.delete("/api/v1/groups/{group}", delete_group),
+            web.get("/api/v1/groups/{group}/configs", describe_group_configs),
+            web.patch("/api/v1/groups/{group}/configs", alter_group_configs),
             web.get("/api/v1/exchanges", list_exchanges),
             web.post("/api/v1/exchanges", declare_exchange),
             web.get("/api/v1/exchanges/{name}", get_exchange, name="exchange"),
@@ -609,6 +618,29 @@ async def delete_group(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def describe_group_configs(request: web.Request) -> web.Response:
+    broker, group_id = request.app[BROKER], _group_id(request)
+    entries = broker.group_configs.describe(group_id)
+    return web.json_response(views.group_configs_document(group_id, entries))
+
+
+async def alter_group_configs(request: web.Request) -> web.Response:
+    """The topic endpoint's body and answer; the change is IncrementalAlterConfigs' (SET
+    then DELETE, checked as a whole: a name both set and deleted is refused), written to
+    disk before the answer."""
+    broker, group_id = request.app[BROKER], _group_id(request)
+    body = await _json_object(request, _ALTER_CONFIGS_FIELDS)
+    to_set = _string_map(body, "set")
+    to_delete = _string_list(body, "delete")
+    ops: list[tuple[str, int, str | None]] = [
+        (name, SetOp.SET, value) for name, value in to_set.items()
+    ]
+    ops += [(name, SetOp.DELETE, None) for name in to_delete]
+    broker.group_configs.alter(group_id, ops, validate_only=False)
+    entries = broker.group_configs.describe(group_id)
+    return web.json_response(views.group_configs_document(group_id, entries))
+
+
 async def list_exchanges(request: web.Request) -> web.Response:
     exchanges = request.app[BROKER].exchanges
     names = sorted(exchange.name for exchange in exchanges.router.exchanges())
@@ -767,6 +799,14 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 
 # --- reading requests -----------------------------------------------------------------------
+
+
+def _group_id(request: web.Request) -> str:
+    """The group id in the path, which need not name a group that exists (see the module
+    docstring); it must be text, as the configs file stores it."""
+    group_id = request.match_info["group"]
+    _check_unicode(group_id)
+    return group_id
 
 
 def _exchange(request: web.Request) -> str:

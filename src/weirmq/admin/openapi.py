@@ -17,6 +17,7 @@ bounds, so the two cannot disagree.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from weirmq import __version__
@@ -38,6 +39,7 @@ from weirmq.settings import (
     SQS_REGION,
     USERS,
     VHOSTS,
+    Settings,
     SettingSpec,
 )
 
@@ -132,6 +134,10 @@ _HEALTH = _object(
 )
 
 
+_SETTING_TYPES = {field.name: str(field.type) for field in dataclasses.fields(Settings)}
+"""Each `Settings` field's annotation, as text (the module uses postponed annotations)."""
+
+
 def _setting_schema(spec: SettingSpec) -> Schema:
     if spec.kind is INTEGER:
         schema: Schema = {"type": "integer", "format": "int64"}
@@ -150,6 +156,10 @@ def _setting_schema(spec: SettingSpec) -> Schema:
     elif spec.kind in (ALLOWED_HOSTS, NAMES, VHOSTS, USERS, ACCESS_KEYS):
         # USERS and ACCESS_KEYS: the names, never the passwords or secret keys
         schema = {"type": "array", "items": {"type": "string"}}
+    elif _SETTING_TYPES[spec.name] == "str":
+        # A kind of its own that holds plain text (a `_token_kind` such as a policy name):
+        # the value is shown as it is, a string, whatever its checks.
+        schema = {"type": "string"}
     else:  # a new kind of setting: describe it here (a test fetches this document)
         raise AssertionError(f"setting {spec.name!r} has a kind the OpenAPI schema lacks")
     return {**schema, "description": spec.meaning}
@@ -849,6 +859,17 @@ _GROUP_PARAMETER: Schema = {
 }
 _UNKNOWN_TOPIC = _error("No such topic (UNKNOWN_TOPIC_OR_PARTITION).")
 _UNKNOWN_GROUP = _error("No such group (GROUP_ID_NOT_FOUND).")
+_GROUP_CONFIGS_EXAMPLE: Schema = {
+    "set": {"share.delivery.count.limit": "3", "share.record.lock.duration.ms": "60000"},
+    "delete": ["share.auto.offset.reset"],
+}
+_BAD_GROUP_CONFIGS = _error(
+    "The body is not JSON (MALFORMED_JSON) or has the wrong shape (INVALID_REQUEST), or the "
+    "broker refuses the change (INVALID_CONFIG: an unknown name, a value that does not "
+    "parse, one outside the broker's bounds such as group.share.min.record.lock.duration.ms, "
+    "a heartbeat interval not below its session timeout, a name both set and deleted, or "
+    "too many groups with configs). Nothing is changed."
+)
 _EXCHANGE_PARAMETER: Schema = {
     "name": "name",
     "in": "path",
@@ -1067,6 +1088,40 @@ def _paths() -> dict[str, Schema]:
                     "204": {"description": "Deleted."},
                     "404": _UNKNOWN_GROUP,
                     "409": _error("The group has members (NON_EMPTY_GROUP)."),
+                },
+            },
+        },
+        "/api/v1/groups/{group}/configs": {
+            "parameters": [_GROUP_PARAMETER],
+            "get": {
+                "operationId": "describeGroupConfigs",
+                "tags": ["groups"],
+                "summary": "Every config of a group, with its value and where it comes from "
+                "(a group need not exist to have configs).",
+                "responses": {"200": _json(_ref("GroupConfigs"), "The configs, by name.")},
+            },
+            "patch": {
+                "operationId": "alterGroupConfigs",
+                "tags": ["groups"],
+                "summary": "Set and remove config overrides of a group, all or nothing.",
+                "requestBody": {
+                    "required": True,
+                    "description": "Group configs (Kafka's consumer.*, share.* and streams.* "
+                    "names) to set and to remove; a name may not be both.",
+                    "content": {
+                        "application/json": {
+                            "schema": _ref("AlterConfigs"),
+                            # The topic example's names are no group's: the fuzz test's
+                            # first case would never go past the refusal.
+                            "example": _GROUP_CONFIGS_EXAMPLE,
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _json(_ref("GroupConfigs"), "The configs after the change."),
+                    "400": _BAD_GROUP_CONFIGS,
+                    "413": _TOO_LARGE,
+                    "503": _error("The configs could not be written (KAFKA_STORAGE_ERROR)."),
                 },
             },
         },
@@ -1425,6 +1480,9 @@ def _schemas() -> dict[str, Schema]:
         "ConfigEntry": _CONFIG_ENTRY,
         "TopicConfigs": _object(
             {"topic": _STRING, "configs": {"type": "array", "items": _ref("ConfigEntry")}}
+        ),
+        "GroupConfigs": _object(
+            {"group": _STRING, "configs": {"type": "array", "items": _ref("ConfigEntry")}}
         ),
         "GroupSummary": _object(_GROUP_SUMMARY_PROPERTIES),
         "GroupList": _object({"groups": {"type": "array", "items": _ref("GroupSummary")}}),

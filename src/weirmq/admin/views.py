@@ -239,6 +239,12 @@ def configs_document(topic: str, entries: Iterable[ConfigEntry]) -> JsonObject:
     return {"topic": topic, "configs": [config_entry(entry) for entry in entries]}
 
 
+def group_configs_document(group_id: str, entries: Iterable[ConfigEntry]) -> JsonObject:
+    """A group's configs, shaped as a topic's (`configs_document`); a group's own value
+    has the source ``group_config``."""
+    return {"group": group_id, "configs": [config_entry(entry) for entry in entries]}
+
+
 def config_entry(entry: ConfigEntry) -> JsonObject:
     return {
         "name": entry.name,
