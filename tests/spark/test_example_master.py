@@ -6,9 +6,10 @@ its master) and the demo would stop it on the way out. The subprocess uses the s
 broker (`--bootstrap`) and prints the master its session runs on, so the test sees that
 `--master local[1]` reached Spark, not only argparse.
 
-A standalone cluster (`spark://`) is not started here: that takes a master and workers
-(docs/spark.md, "Running on a cluster"); only the check that a cluster run has
-PYSPARK_PYTHON set, which fails before anything starts, is tested.
+A standalone cluster (`spark://`) is not started here but in test_example_cluster.py, which
+runs the demo on a master and two workers (docs/spark.md, "Running on a cluster"); here
+only the check that a cluster run has PYSPARK_PYTHON set, which fails before anything
+starts, is tested.
 """
 
 from __future__ import annotations
