@@ -58,16 +58,21 @@ RULES: dict[str, Rule] = {
     "flow": Rule(("records", "errors", "types"), sans_io=True),
     "replication": Rule(("records", "errors", "types"), sans_io=True),
     "security": Rule(("records", "errors", "types"), sans_io=True),
+    "transactions": Rule(("records", "errors", "types"), sans_io=True),
     # The protocol-neutral model: imports no protocol.
     "broker": Rule(
         (
             *("types", "errors", "settings", "records", "storage"),
             *("groups", "queues", "routing", "flow", "replication", "security"),
+            "transactions",
         )
     ),
     # Thin adapters over the broker; never each other (see ADAPTER_SHARED below).
     "protocols": Rule(
-        ("types", "errors", "settings", "records", "broker", "flow", "groups", "storage.errors")
+        (
+            *("types", "errors", "settings", "records", "broker", "flow", "groups"),
+            *("transactions", "storage.errors"),
+        )
     ),
     "server": Rule(("protocols", "broker", "settings", "types", "errors")),
     # The metrics name every Kafka API from the adapter's own table.

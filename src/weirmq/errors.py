@@ -58,6 +58,7 @@ adapter left out):
         ThrottlingQuotaExceededError    broker.topics         throttling_quota_exceeded
         TopicBusyError                  broker.topics         reassignment_in_progress
         TopicExistsError                broker.topics         topic_already_exists
+        TransactionWriteError           broker.partition      (the code it is raised with)
         TransactionsUnsupportedError    broker.partition      invalid_txn_state
         UnknownTopicError               broker.topics         unknown_topic_or_partition
         UnsupportedCompressionError     records.compression   unsupported_compression_type

@@ -622,6 +622,28 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         minimum=1, maximum=INT64_MAX,
     ),
     SettingSpec(
+        "transaction_max_timeout_ms", INTEGER, "transaction.max.timeout.ms",
+        "longest transaction timeout a transactional producer may ask for",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "transactional_id_expiration_ms", INTEGER, "transactional.id.expiration.ms",
+        "a transactional id with no transaction open, idle for this long, is forgotten",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms", INTEGER,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "how often transactions open past their timeout are looked for and aborted",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "max_transactional_ids", INTEGER, None,
+        "transactional ids known at most; a new one past it is refused (retriable) until "
+        "idle ones expire",
+        minimum=1, maximum=INT32_MAX,
+    ),
+    SettingSpec(
         "shutdown_timeout_ms", INTEGER, None,
         "on stop, how long in-flight requests get to finish",
         minimum=0, maximum=INT64_MAX,
@@ -939,6 +961,14 @@ class Settings:
     """Segment files open at most."""
     producer_id_expiration_ms: int = 86400000
     """producer.id.expiration.ms."""
+    transaction_max_timeout_ms: int = 900000
+    """transaction.max.timeout.ms (15 minutes)."""
+    transactional_id_expiration_ms: int = 604800000
+    """transactional.id.expiration.ms (7 days)."""
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    """transaction.abort.timed.out.transaction.cleanup.interval.ms."""
+    max_transactional_ids: int = 100000
+    """Transactional ids known at most."""
     shutdown_timeout_ms: int = 4000
     """How long in-flight requests get to finish on a graceful stop."""
     group_min_session_timeout_ms: int = 6000

@@ -363,7 +363,46 @@ def test_snapshot_layout_is_the_documented_one() -> None:
     append(state, 4, 2, pid=9, epoch=1, offset=30, ts_ms=77)
     data = state.snapshot(40)
     covered = struct.pack(">qIqhBiiqqq", 40, 1, 9, 1, 1, 4, 5, 30, 31, 77)
+    covered += struct.pack(">i", 0)  # version 2: no open transaction
     assert data == struct.pack(">hI", SNAPSHOT_VERSION, crc32c(covered)) + covered
+
+
+def test_snapshot_keeps_open_transactions() -> None:
+    state = PartitionProducers()
+    append(state, 4, 2, pid=9, epoch=1, offset=30, ts_ms=77)
+    state.begin_transaction(9, 30)
+    state.begin_transaction(9, 31)  # already open: the first offset stays
+    data = state.snapshot(40)
+    assert data.endswith(struct.pack(">iqq", 1, 9, 30))
+    restored, end = PartitionProducers.restore(data)
+    assert (restored.ongoing, end) == ({9: 30}, 40)
+    assert restored.first_unstable_offset() == 30
+    assert restored.end_transaction(9) == 30
+    assert restored.first_unstable_offset() is None
+    assert restored.end_transaction(9) is None
+
+
+def test_a_version_1_snapshot_is_still_read() -> None:
+    covered = struct.pack(">qIqhBiiqqq", 40, 1, 9, 1, 1, 4, 5, 30, 31, 77)
+    restored, end = PartitionProducers.restore(_with_crc(covered, version=1))
+    assert end == 40 and restored.ongoing == {} and 9 in restored
+
+
+@pytest.mark.parametrize(
+    ("ongoing", "reason"),
+    [
+        (struct.pack(">iqq", 1, -1, 3), "bad open transaction"),
+        (struct.pack(">iqq", 1, 9, 40), "bad open transaction"),
+        (struct.pack(">iqqqq", 2, 9, 3, 9, 4), "bad open transaction"),
+        (struct.pack(">iqq", 2, 9, 3), "do not fit"),
+        (struct.pack(">iqq", 1, 9, 3) + b"\x00", "do not fit"),
+        (b"\x00\x00", "truncated"),
+    ],
+)
+def test_bad_open_transactions_are_refused(ongoing: bytes, reason: str) -> None:
+    covered = struct.pack(">qIqhBiiqqq", 40, 1, 9, 1, 1, 4, 5, 30, 31, 77) + ongoing
+    with pytest.raises(SnapshotError, match=reason):
+        PartitionProducers.restore(_with_crc(covered))
 
 
 def test_restore_keeps_the_most_recently_written_within_max_producers() -> None:
@@ -438,7 +477,7 @@ _ONE_BATCH = struct.pack(">iiqqq", 0, 0, 5, 5, T0_MS)
 )
 def test_inconsistent_content_is_refused_even_with_a_good_crc(covered: bytes, reason: str) -> None:
     with pytest.raises(SnapshotError, match=reason):
-        PartitionProducers.restore(_with_crc(covered))
+        PartitionProducers.restore(_with_crc(covered, version=1))
 
 
 # --- properties ----------------------------------------------------------------------------

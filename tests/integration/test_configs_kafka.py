@@ -9,6 +9,7 @@ group's timeout, not the broker's 45 seconds.
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -234,6 +235,54 @@ def test_kafkas_topic_configs_are_accepted_through_confluent_kafka(broker: Broke
     )
     incremental(admin, emptied)
     assert described(admin, ResourceType.TOPIC, "kafkaish")["cleanup.policy"].value == ""
+
+
+@pytest.mark.parametrize(("codec", "attribute"), [("zstd", 4), ("lz4", 3), ("uncompressed", 0)])
+def test_compression_type_recompresses_what_producers_send(
+    broker: BrokerProcess, codec: str, attribute: int
+) -> None:
+    """A topic's compression.type rewrites each batch in its codec on append, whatever the
+    producer used; librdkafka reads the rewritten batches back, and the segment holds
+    batches of the topic's codec only."""
+    topic = f"recompressed-{codec}"
+    admin = admin_of(broker)
+    (created,) = admin.create_topics(
+        [NewTopic(topic, 1, config={"compression.type": codec})]
+    ).values()
+    created.result(timeout=TIMEOUT_S)
+    values = [f"order {i} ".encode() * 40 for i in range(200)]
+    for sent_as in ("gzip", "none", "snappy"):
+        producer = Producer(
+            {"bootstrap.servers": broker.bootstrap, "compression.type": sent_as, "linger.ms": 5}
+        )
+        for value in values:
+            producer.produce(topic, value=value, key=sent_as.encode())
+        assert producer.flush(TIMEOUT_S) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"g-{codec}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = Deadline(TIMEOUT_S, "reading the recompressed records back")
+    while len(got) < 3 * len(values) and not deadline.expired():
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    consumer.close()
+    assert got == values * 3
+    codecs = set()
+    for segment in sorted((broker.data_dir / f"{topic}-0").glob("*.log")):
+        data = segment.read_bytes()
+        position = 0
+        while position + 61 <= len(data):
+            length = struct.unpack_from(">i", data, position + 8)[0]
+            codecs.add(struct.unpack_from(">h", data, position + 21)[0] & 0x07)
+            position += 12 + length
+    assert codecs == {attribute}
 
 
 # --- kafka-python -----------------------------------------------------------------------------

@@ -30,9 +30,10 @@ before answering) say so in their documentation; docs/configuration.md lists whi
 honoured. Kafka 4.0 removed ``message.downconversion.enable``,
 ``message.timestamp.difference.max.ms`` and ``message.format.version``: unknown here too.
 
-``compression.type`` takes every Kafka value, but batches are always stored as the
-producer compressed them: there is no recompression on append (that would touch the
-produce path), so every value behaves as ``producer`` does.
+``compression.type`` takes every Kafka value: ``producer`` stores batches as the producer
+compressed them; any other value has a batch in another codec rewritten in it on append
+(`recompression`, `records.recompress`), at the topic's ``compression.*.level``, as Kafka
+does, whichever protocol wrote the batch.
 
 ``cleanup.policy=compact`` hands the topic to the log cleaner (`weirmq.storage.cleaner`,
 with ``delete.retention.ms``, ``min.cleanable.dirty.ratio`` and the compaction lags),
@@ -600,6 +601,26 @@ def log_config(settings: Settings, overrides: Mapping[str, str]) -> LogConfig:
 
 def acks_all_fsync(settings: Settings, overrides: Mapping[str, str]) -> bool:
     return effective(settings, overrides, "weirmq.acks.all.fsync") == "true"
+
+
+_LEVEL_CONFIGS = {
+    "gzip": "compression.gzip.level",
+    "lz4": "compression.lz4.level",
+    "zstd": "compression.zstd.level",
+}
+
+
+def recompression(
+    settings: Settings, overrides: Mapping[str, str]
+) -> tuple[str, int | None] | None:
+    """The codec and level batches are rewritten in on append (None: ``producer``, kept as
+    sent). gzip's -1 is the library's default level."""
+    codec = effective(settings, overrides, "compression.type")
+    if codec == "producer":
+        return None
+    name = _LEVEL_CONFIGS.get(codec)
+    level = None if name is None else int(effective(settings, overrides, name))
+    return codec, (None if level == -1 else level)
 
 
 def delays_enabled(settings: Settings, overrides: Mapping[str, str]) -> bool:

@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from pathlib import Path
 from typing import Any
 
-from ..errors import KafkaError
+from ..errors import ErrorCode, KafkaError
 from ..flow.controller import FlowController
 from ..flow.quotas import QuotaTable
 from ..groups import consumer as kip848
@@ -107,6 +107,7 @@ from .topics import (
     check_topic_name,
     load_cluster_id,
 )
+from .txn_service import TXN_TOPIC, TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,11 @@ COMPACTION_CONFIGS = (
     "delete.retention.ms",
 )
 """The topic configs the log cleaner reads (their values in force: override, broker, default)."""
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, ROUTING_TOPIC, SHARE_STATE_TOPIC, DELAYED_TOPIC})
+INTERNAL_TOPICS = frozenset(
+    {OFFSETS_TOPIC, ROUTING_TOPIC, SHARE_STATE_TOPIC, DELAYED_TOPIC, TXN_TOPIC}
+)
 """Written only by the broker itself; clients may read them, not produce or delete."""
+_CLEANED_INTERNAL = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
 PARTITIONS_MAX = PARTITIONS_PER_TOPIC_MAX
 """Partitions of one topic at most: each is a directory and open files when used."""
 CREATE_IN_REQUEST_MAX = 32
@@ -226,6 +230,9 @@ class Broker:
         self.shares.load()
         self.group_replies = GroupReplies()
         self.group_timer = GroupTimer(self.groups, self.group_replies, self.clock, self.timers)
+        self.txns = TransactionService(self)
+        """The transaction coordinator (broker/txn_service.py)."""
+        self.txns.load()
         self.exchanges.load()
         self.delays.load()  # after the producer states are loaded
         self.logs.periodic_state = self.exchanges.cursor_file
@@ -240,11 +247,12 @@ class Broker:
 
     def compaction_config(self, topic: str) -> CompactionConfig:
         """Whether and how the log cleaner compacts `topic` (storage/cleaner.py). Of the
-        internal topics only `__consumer_offsets` is cleaned: its records are Kafka's,
-        the newest per key being the state. The others keep themselves bounded with their
-        own snapshots, and a delta newer than its key's snapshot would outlive it."""
+        internal topics only `__consumer_offsets` and `__transaction_state` are cleaned:
+        their records are Kafka's, the newest per key being the state. The others keep
+        themselves bounded with their own snapshots, and a delta newer than its key's
+        snapshot would outlive it."""
         known = self.topics.get(topic)
-        if known is None or (topic in INTERNAL_TOPICS and topic != OFFSETS_TOPIC):
+        if known is None or (topic in INTERNAL_TOPICS and topic not in _CLEANED_INTERNAL):
             return CompactionConfig()
         values = {
             name: configs.effective(self.settings, known.configs, name)
@@ -532,7 +540,13 @@ class Broker:
         )
         if configs.delays_enabled(self.settings, overrides or {}):
             partition.delays = self.delays
+        partition.recompress = configs.recompression(self.settings, overrides or {})
+        partition.txn_check = self._txn_check
         return partition
+
+    def _txn_check(self, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
+        """KIP-890's check of a transactional write, by the transaction coordinator."""
+        return self.txns.check_write(producer_id, epoch, tp)
 
     def known_topic(self, name: str) -> Topic:
         found = self.topics.get(name)
@@ -713,12 +727,14 @@ class Broker:
         config = configs.log_config(self.settings, topic.configs)
         fsync = configs.acks_all_fsync(self.settings, topic.configs)
         delays = self.delays if configs.delays_enabled(self.settings, topic.configs) else None
+        recompress = configs.recompression(self.settings, topic.configs)
         for index in range(topic.partitions):
             partition = self.partitions.get(TopicPartition(topic.name, index))
             if partition is not None:
                 partition.log.config = config
                 partition.fsync_acks_all = fsync
                 partition.delays = delays
+                partition.recompress = recompress
 
     def alter_broker_configs(
         self,
@@ -835,6 +851,7 @@ class Broker:
         """Retention, time-based rolls, compaction's swaps and producer expiry; called
         periodically."""
         self._start_cleaner()
+        self.txns.poke()
         self.logs.housekeeping()
         now = self.clock()
         for partition in self.partitions.values():
@@ -853,6 +870,7 @@ class Broker:
         self.closing = True
         self.group_timer.cancel()
         self.shares.cancel_timer()
+        self.txns.cancel_timer()
         self.wake_all()
         self.logs.flush_for_close()
         self.delays.close()  # after the flush: confirms what it made durable

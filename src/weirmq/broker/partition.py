@@ -5,7 +5,9 @@ pipeline exists once:
 
     publish(records, durability)
       1. validate the batch (framing, CRC, sizes) before anything else: a retry corrupted
-         on the way must be refused, not taken for a duplicate of the original;
+         on the way must be refused, not taken for a duplicate of the original; then, when
+         the topic's compression.type names a codec other than the batch's, rewrite the
+         batch in it (`recompress`, records/recompress.py) and check its size again;
       2. judge an idempotent producer's sequence (`producers.PartitionProducers`): a
          duplicate gets the offsets it got the first time and is not written again;
       3. append (offsets and the leader epoch assigned by the log);
@@ -39,6 +41,20 @@ watermark is its log end (every replica, the one there is, has every record); wi
 replication it will be the offset every in-sync replica holds, and only this class
 changes. The leader epoch is 0 until then.
 
+Transactions (KIP-98): a transactional batch is appended like any other once the
+transaction coordinator confirms that its producer, at that epoch, has this partition in
+an open transaction (`txn_check`, KIP-890 part 1: a late or zombie write is refused rather
+than left hanging in no transaction). The producer state (`producers.ongoing`) remembers
+the first offset of each open transaction; the smallest is the last stable offset
+(`last_stable_offset`), below which read_committed readers read (`read_committed`). The
+coordinator ends a transaction here with a marker (`write_marker`): a control batch whose
+record says commit or abort; an abort is also recorded in the log's aborted-transaction
+index, which a read_committed fetch hands to the client so that it drops that producer's
+records between the transaction's first offset and the marker. A transactional batch is
+never delayed or routed: delayed delivery and exchanges act at the append, before anyone
+knows whether the transaction commits, so a transactional write to an exchange's topic is
+refused, and delay headers in one are not acted on.
+
 Waiting readers (`wait`): a long-polling reader registers one future on every partition
 it reads; an append resolves the futures of its partition, the reader's deadline (a
 `Timers` callback on the one clock) or the broker's closing resolves it otherwise.
@@ -48,9 +64,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
+import struct
 import threading
 import uuid
 import weakref
@@ -60,12 +78,24 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import ErrorCode, KafkaError
-from ..records.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchHeader, validate_batches
+from ..records.batch import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    HEADER_BYTES,
+    BatchHeader,
+    Record,
+    decode_records,
+    encode_batch,
+    parse_header,
+    validate_batches,
+)
+from ..records.recompress import recompress_batch
 from ..storage.errors import OffsetOutOfRangeError, StorageError
 from ..storage.interface import ReadResult
 from ..storage.log import FileLog
 from ..storage.manager import LogManager
 from ..storage.state_file import encode_states, read_states
+from ..storage.txnindex import AbortedTxn
 from ..types import Clock, Timers, TopicPartition
 from .producers import (
     EPOCH_MAX,
@@ -197,9 +227,38 @@ class NotOneBatchError(KafkaError):
 
 
 class TransactionsUnsupportedError(KafkaError):
-    """Transactional and control batches wait for transactions (INVALID_TXN_STATE)."""
+    """A transactional write where transactions cannot go: an exchange's topic
+    (INVALID_TXN_STATE)."""
 
     code = ErrorCode.invalid_txn_state
+
+
+class TransactionWriteError(KafkaError):
+    """A transactional batch the transaction coordinator does not vouch for (KIP-890):
+    raised with the coordinator's code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+TxnCheck = Callable[[int, int, TopicPartition], ErrorCode]
+"""The transaction coordinator's check of a transactional write: (producer id, epoch,
+partition) -> NONE when the partition is in that producer's open transaction."""
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def control_type(batch: bytes | memoryview) -> int | None:
+    """ABORT or COMMIT for a marker batch (its first record's key), None if unreadable."""
+    for _offset, key, _value in decode_records(batch):
+        if key is not None and len(key) >= _CONTROL_KEY.size:
+            return int(_CONTROL_KEY.unpack_from(key)[1])
+        return None
+    return None
 
 
 class Partition:
@@ -216,8 +275,10 @@ class Partition:
         "log",
         "logs",
         "producers",
+        "recompress",
         "router",
         "tp",
+        "txn_check",
     )
 
     def __init__(
@@ -248,6 +309,12 @@ class Partition:
         self.diverted: dict[int, DivertedProducer] = {}
         """Per idempotent producer, its batches diverted to the delayed log (see
         `DivertedProducer`); kept by broker/delays.py across restarts."""
+        self.recompress: tuple[str, int | None] | None = None
+        """The topic's compression.type and level when batches are rewritten in it (set
+        by the broker from the topic's configs); None keeps them as sent."""
+        self.txn_check: TxnCheck | None = None
+        """The transaction coordinator's check of transactional writes (set by the broker);
+        None refuses them."""
 
     def __repr__(self) -> str:
         return f"Partition({self.tp})"
@@ -258,6 +325,14 @@ class Partition:
     def high_watermark(self) -> int:
         """The first offset readers may not see yet; see the module docstring."""
         return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction here, else the high watermark:
+        read_committed readers read below it."""
+        first = self.producers.first_unstable_offset()
+        end = self.high_watermark
+        return end if first is None else min(first, end)
 
     @property
     def log_start_offset(self) -> int:
@@ -280,14 +355,22 @@ class Partition:
             raise StorageError(refusal)
         if self.log.fsync_failed is not None:
             self._roll_back_unsynced()  # before judging a retry against producer state
-        headers = validate_batches(records, max_batch_bytes=self.log.config.max_message_bytes)
+        max_bytes = self.log.config.max_message_bytes
+        headers = validate_batches(records, max_batch_bytes=max_bytes)
         if len(headers) != 1:
             raise NotOneBatchError(f"a write must carry exactly one batch, got {len(headers)}")
+        if self.recompress is not None:
+            codec, level = self.recompress
+            rewritten = recompress_batch(records, codec, level=level)
+            if rewritten is not None:
+                records = rewritten
+                headers = validate_batches(records, max_batch_bytes=max_bytes)
         header = headers[0]
-        if header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL):
-            raise TransactionsUnsupportedError("transactional batches are not supported yet")
+        transactional = bool(header.attributes & ATTR_TRANSACTIONAL)
+        if transactional:
+            self._check_transactional(header)
         delays = self.delays
-        delayed = None if delays is None else delays.plan(self, records, header)
+        delayed = None if delays is None or transactional else delays.plan(self, records, header)
         idempotent = header.producer_id >= 0
         after_diverted = False
         if idempotent:
@@ -305,6 +388,8 @@ class Partition:
                 self._record_after_diverted(header, info.base_offset, info.last_offset)
             else:
                 self._record_sequence(header, info.base_offset, info.last_offset)
+            if transactional:
+                self.producers.begin_transaction(header.producer_id, info.base_offset)
         self._appended(len(records), header.records_count)
         if router is not None:
             router.deliver(plan, info.base_offset)
@@ -317,6 +402,58 @@ class Partition:
             None,
         )
         return self._durable(published, durability)
+
+    def _check_transactional(self, header: BatchHeader) -> None:
+        if header.attributes & ATTR_CONTROL:
+            raise NotOneBatchError("control batches are written by the broker, not producers")
+        if header.producer_id < 0:
+            raise NotOneBatchError("a transactional batch needs a producer id")
+        if self.router is not None:
+            raise TransactionsUnsupportedError(
+                f"{self.tp.topic} is an exchange's topic: transactional writes are refused"
+            )
+        check = self.txn_check
+        code = (
+            ErrorCode.invalid_txn_state
+            if check is None
+            else check(header.producer_id, header.producer_epoch, self.tp)
+        )
+        if code is not ErrorCode.none:
+            raise TransactionWriteError(
+                code,
+                f"{self.tp}: producer {header.producer_id} epoch {header.producer_epoch} "
+                f"has no open transaction with this partition",
+            )
+
+    def write_marker(
+        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int = 0
+    ) -> int | None:
+        """End `producer_id`'s transaction here with a COMMIT or ABORT marker; the
+        marker's offset (fsync the log past it before counting it written), or None when
+        the producer has no transaction open here (already ended: a marker written again
+        after a crash is a no-op)."""
+        if producer_id not in self.producers.ongoing:
+            return None
+        refusal = self.logs.publish_refusal
+        if refusal is not None:
+            raise StorageError(refusal)
+        key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+        value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+        batch = encode_batch(
+            [Record(value, key, (), self.clock())],
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL,
+        )
+        info = self.log.append(batch, leader_epoch=self.leader_epoch)
+        first = self.producers.end_transaction(producer_id)
+        assert first is not None
+        if not commit:
+            self.log.append_aborted_txn(
+                AbortedTxn(producer_id, first, info.base_offset, self.last_stable_offset)
+            )
+        self._appended(len(batch), 1)
+        return info.base_offset
 
     def _durable(self, published: Published, durability: Durability) -> Published:
         """Set what must be fsynced before the write may be acknowledged."""
@@ -453,6 +590,35 @@ class Partition:
             )
         return self.log.read(offset, max_bytes)
 
+    def read_committed(
+        self, offset: int, max_bytes: int
+    ) -> tuple[ReadResult | None, list[AbortedTxn]]:
+        """What a read_committed reader may read from `offset`: whole batches below the
+        last stable offset (None when there are none yet), and the aborted transactions
+        they overlap, oldest first. Raises as `read`."""
+        stable = self.last_stable_offset
+        if offset >= stable:
+            start, end = self.log.log_start_offset, self.high_watermark
+            if not start <= offset <= end:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is outside {self.tp}'s range [{start}, {end}]"
+                )
+            return None, []
+        read = self.read(offset, max_bytes)
+        records = memoryview(read.records)
+        position, upper = 0, offset
+        while position + HEADER_BYTES <= len(records):
+            header = parse_header(records, position)
+            if header.base_offset >= stable:
+                break
+            position += header.size
+            upper = header.last_offset + 1
+        if position == 0:
+            return None, []
+        if position < len(records):
+            read = dataclasses.replace(read, records=records[:position])
+        return read, self.log.aborted_txns(offset, upper)
+
     def _roll_back_unsynced(self) -> None:
         """An fsync of this log failed: drop what it did not make durable (storage/log.py),
         and forget the idempotent batches dropped with it, so that a producer's retry of
@@ -517,9 +683,29 @@ class Partition:
             return
         try:
             for header in scan_batch_headers(partition_log, start):
+                if header.is_control and header.is_transactional:
+                    self._replay_marker(header)
                 state.replay(header)
         except StorageError as exc:
             log.error("%s: producer state not rebuilt: %s", partition_log.directory.name, exc)
+
+    def _replay_marker(self, header: BatchHeader) -> None:
+        """A marker met while rebuilding the producer state (before it is applied): an
+        abort whose entry the aborted-transaction index lost in a crash (the marker was
+        written, the index not yet fsynced) gets it again."""
+        first = self.producers.ongoing.get(header.producer_id)
+        if first is None:
+            return
+        batch = self.log.read(header.base_offset, header.size).records
+        if control_type(memoryview(batch)[: header.size]) != CONTROL_ABORT:
+            return
+        marker = header.base_offset
+        known = self.log.aborted_txns(marker, marker + 1)
+        if any(t.producer_id == header.producer_id and t.last_offset == marker for t in known):
+            return
+        others = [f for pid, f in self.producers.ongoing.items() if pid != header.producer_id]
+        stable = min(others) if others else marker + 1
+        self.log.append_aborted_txn(AbortedTxn(header.producer_id, first, marker, stable))
 
     def producer_snapshot(self) -> bytes | None:
         """This partition's idempotence state for the producer-state file (a clean stop),

@@ -37,8 +37,14 @@ than `max_producers` producers are known the least recently written one goes: me
 bounded whatever the clients do, at the cost of duplicate detection for a producer idle
 long enough to be the oldest.
 
-Batches with no producer id (-1) are not idempotent and are not looked at. Transactions
-are not supported yet: control batches (transaction markers) are skipped on replay.
+Batches with no producer id (-1) are not idempotent and are not looked at.
+
+Transactions (KIP-98): per partition, the producers with a transaction open here and the
+offset of its first batch (`ongoing`). A transactional batch of a producer without one
+opens it (`begin_transaction`); its marker (a control batch) closes it
+(`end_transaction`). The smallest first offset is the partition's last stable offset: no
+read_committed reader reads at or past it until that transaction ends. Markers carry no
+sequence, so they leave the sequence state alone.
 
 The state is rebuilt after a restart from a snapshot plus the log after it: `replay`
 applies batch headers in log order with no checks. A snapshot (big-endian, like Kafka's
@@ -46,7 +52,7 @@ own files; Kafka keeps only the last batch per producer, we keep all five so tha
 across a restart are still answered with their offsets) is::
 
     offset  size  field
-         0     2  version            1
+         0     2  version            2 (1: without the open transactions)
          2     4  crc                CRC-32C of bytes 6 .. end
          6     8  end_offset         the state covers the log below this offset
         14     4  producer_count
@@ -56,6 +62,8 @@ across a restart are still answered with their offsets) is::
                       1  batch_count        1 .. 5, oldest batch first
                      32  per batch: first_seq (4), last_seq (4), first_offset (8),
                                     last_offset (8), timestamp_ms (8)
+         .     4  ongoing_count      version 2 only
+         .     .  open transactions: producer_id (8), first_offset (8)
 
 A snapshot that is damaged, of an unknown version, or whose content breaks the invariants
 below raises `SnapshotError`; the caller then rebuilds from the log alone.
@@ -93,13 +101,16 @@ SEQUENCE_MAX = 2**31 - 1  # sequences are int32 and wrap to 0 after this
 EPOCH_MAX = 2**15 - 1  # epochs are int16; Kafka gives a new producer id instead of wrapping
 RETAINED_BATCHES = 5  # max.in.flight.requests.per.connection is at most 5 for idempotence
 DEFAULT_MAX_PRODUCERS = 100_000
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSIONS = (1, 2)
 
 _SNAPSHOT_HEAD = struct.Struct(">hI")  # version, crc
 _SNAPSHOT_COVERED = struct.Struct(">qI")  # end_offset, producer_count
 _SNAPSHOT_PRODUCER = struct.Struct(">qhB")  # producer_id, producer_epoch, batch_count
 _SNAPSHOT_BATCH = struct.Struct(">iiqqq")
 _SNAPSHOT_PRODUCER_BYTES_MIN = _SNAPSHOT_PRODUCER.size + _SNAPSHOT_BATCH.size
+_SNAPSHOT_COUNT = struct.Struct(">i")
+_SNAPSHOT_ONGOING = struct.Struct(">qq")
 
 
 class OutOfOrderSequenceError(KafkaError):
@@ -176,6 +187,21 @@ class PartitionProducers:
         self._max_producers = max_producers
         # Least recently written first: the next to evict is at the front.
         self._entries: OrderedDict[int, ProducerEntry] = OrderedDict()
+        self.ongoing: dict[int, int] = {}
+        """Producers with a transaction open here: producer id -> its first offset."""
+
+    def begin_transaction(self, producer_id: int, first_offset: int) -> None:
+        """A transactional batch was appended at `first_offset`: opens the producer's
+        transaction here unless one is open."""
+        self.ongoing.setdefault(producer_id, first_offset)
+
+    def end_transaction(self, producer_id: int) -> int | None:
+        """A marker was appended: the transaction's first offset (None if none was open)."""
+        return self.ongoing.pop(producer_id, None)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction here, if any."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     @property
     def max_producers(self) -> int:
@@ -245,8 +271,13 @@ class PartitionProducers:
         The header holds no append time, so the batch's max timestamp stands in for it (as
         in Kafka): for CreateTime topics that is the producer's clock.
         """
-        if header.producer_id < 0 or header.is_control:
+        if header.producer_id < 0:
             return
+        if header.is_control:  # a marker: ends the producer's transaction, no sequence
+            self.ongoing.pop(header.producer_id, None)
+            return
+        if header.is_transactional:
+            self.ongoing.setdefault(header.producer_id, header.base_offset)
         self.replay_batch(
             header.producer_id,
             header.producer_epoch,
@@ -315,6 +346,10 @@ class PartitionProducers:
                     batch.last_offset,
                     batch.timestamp_ms,
                 )
+        covered += _SNAPSHOT_COUNT.pack(len(self.ongoing))
+        for producer_id, first_offset in self.ongoing.items():
+            assert first_offset < end_offset, f"open transaction at {first_offset} >= {end_offset}"
+            covered += _SNAPSHOT_ONGOING.pack(producer_id, first_offset)
         return _SNAPSHOT_HEAD.pack(SNAPSHOT_VERSION, checksum.crc32c(covered)) + bytes(covered)
 
     @classmethod
@@ -326,13 +361,18 @@ class PartitionProducers:
         Raises `SnapshotError` for anything damaged, unknown or inconsistent. When the
         snapshot holds more than `max_producers` producers the least recently written go.
         """
-        covered = _verified_covered_bytes(data)
+        version, covered = _verified_covered_bytes(data)
         end_offset, producer_count = _SNAPSHOT_COVERED.unpack_from(covered)
         if end_offset < 0:
             raise SnapshotError(f"negative end offset {end_offset} in the snapshot")
         state = cls(max_producers)
-        for producer_id, entry in _decode_entries(covered, end_offset, producer_count):
+        entries, position = _decode_entries(covered, end_offset, producer_count)
+        for producer_id, entry in entries:
             state._insert(producer_id, entry)
+        if version >= 2:
+            state.ongoing = _decode_ongoing(covered, position, end_offset)
+        elif position != len(covered):
+            raise SnapshotError(f"{len(covered) - position} trailing bytes in the snapshot")
         return state, end_offset
 
     def _apply(self, producer_id: int, epoch: int, batch: BatchMetadata) -> None:
@@ -415,22 +455,37 @@ def _entry_problem(producer_id: int, entry: ProducerEntry) -> str | None:
     return None
 
 
-def _verified_covered_bytes(data: bytes) -> bytes:
-    """The bytes after the CRC, once version and CRC are known good."""
+def _verified_covered_bytes(data: bytes) -> tuple[int, bytes]:
+    """The version and the bytes after the CRC, once both are known good."""
     if len(data) < _SNAPSHOT_HEAD.size + _SNAPSHOT_COVERED.size:
         raise SnapshotError(f"snapshot truncated to {len(data)} bytes")
     version, crc = _SNAPSHOT_HEAD.unpack_from(data)
-    if version != SNAPSHOT_VERSION:
+    if version not in SNAPSHOT_VERSIONS:
         raise SnapshotError(f"unknown snapshot version {version}")
     covered = bytes(data[_SNAPSHOT_HEAD.size :])
     if checksum.crc32c(covered) != crc:
         raise SnapshotError("snapshot CRC mismatch")
-    return covered
+    return version, covered
+
+
+def _decode_ongoing(covered: bytes, position: int, end_offset: int) -> dict[int, int]:
+    if position + _SNAPSHOT_COUNT.size > len(covered):
+        raise SnapshotError("snapshot truncated before its open transactions")
+    (count,) = _SNAPSHOT_COUNT.unpack_from(covered, position)
+    position += _SNAPSHOT_COUNT.size
+    if count < 0 or position + count * _SNAPSHOT_ONGOING.size != len(covered):
+        raise SnapshotError(f"{count} open transactions do not fit the snapshot")
+    ongoing: dict[int, int] = {}
+    for producer_id, first_offset in _SNAPSHOT_ONGOING.iter_unpack(covered[position:]):
+        if producer_id < 0 or not 0 <= first_offset < end_offset or producer_id in ongoing:
+            raise SnapshotError(f"bad open transaction {producer_id} at {first_offset}")
+        ongoing[producer_id] = first_offset
+    return ongoing
 
 
 def _decode_entries(
     covered: bytes, end_offset: int, producer_count: int
-) -> list[tuple[int, ProducerEntry]]:
+) -> tuple[list[tuple[int, ProducerEntry]], int]:
     position = _SNAPSHOT_COVERED.size
     # Checked before the loop so that a bad count cannot make us loop or allocate for long.
     if producer_count * _SNAPSHOT_PRODUCER_BYTES_MIN > len(covered) - position:
@@ -446,9 +501,7 @@ def _decode_entries(
         if problem is not None:
             raise SnapshotError(f"snapshot entry for producer {producer_id}: {problem}")
         entries[producer_id] = entry
-    if position != len(covered):
-        raise SnapshotError(f"{len(covered) - position} trailing bytes in the snapshot")
-    return list(entries.items())
+    return list(entries.items()), position
 
 
 def _decode_entry(covered: bytes, position: int) -> tuple[int, ProducerEntry, int]:

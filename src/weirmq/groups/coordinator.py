@@ -434,6 +434,33 @@ class GroupCoordinator:
             stored[tp] = value
         return codes
 
+    def commit_transactional(
+        self, group_id: str, offsets: Sequence[tuple[str, int, int, int, str | None]], now_ms: int
+    ) -> None:
+        """Offsets a transaction committed (TxnOffsetCommit, applied when its EndTxn
+        commits): written whatever the group's membership is now, as Kafka applies them
+        when the commit marker reaches the offsets log. A share group has no offsets, and
+        is left alone."""
+        if isinstance(self.groups.get(group_id), kip932.ShareGroup):
+            return
+        accepted = [
+            (TopicPartition(topic, partition), OffsetValue(offset, epoch, metadata or "", now_ms))
+            for topic, partition, offset, epoch, metadata in offsets
+        ]
+        if not accepted:
+            return
+        self._write(
+            [
+                (encode_key(OffsetKey(group_id, tp[0], tp[1])), encode_value(value))
+                for tp, value in accepted
+            ]
+        )
+        if group_id not in self.groups:
+            self._new_classic(group_id)
+        stored = self.offsets.setdefault(group_id, {})
+        for tp, value in accepted:
+            stored[tp] = value
+
     def _check_commit(self, request: CommitRequest) -> None:
         group = self.groups.get(request.group_id)
         if isinstance(group, kip932.ShareGroup):

@@ -1,8 +1,9 @@
 """Decompression of Kafka record-batch payloads.
 
-The broker stores batches exactly as the producer compressed them and never recompresses;
-it only decompresses on the rare paths that must look at individual records (finding the
-first record at or after a timestamp). The codec is the low three bits of the batch
+The broker stores batches as the producer compressed them unless the topic's
+compression.type names another codec (records/recompress.py rewrites them then); it
+decompresses on the paths that must look at individual records (finding the first record
+at or after a timestamp, routing, queues). The codec is the low three bits of the batch
 attributes: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
 
 Snappy has two framings in the wild: librdkafka and the Java client write the xerial

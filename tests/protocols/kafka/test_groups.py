@@ -112,8 +112,10 @@ def test_find_coordinator_names_this_broker(client: Client, version: int) -> Non
         }
 
 
-def test_find_coordinator_for_transactions_is_refused(client: Client) -> None:
+def test_find_coordinator_for_transactions_names_this_broker(client: Client) -> None:
     response = client.call(FIND_COORDINATOR, {"key": "tx", "key_type": 1}, 3)
+    assert (response.error_code, response.node_id) == (ErrorCode.none, client.broker.node_id)
+    response = client.call(FIND_COORDINATOR, {"key": "tx", "key_type": 3}, 3)
     assert response.error_code is ErrorCode.invalid_request
 
 

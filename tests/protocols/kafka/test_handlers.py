@@ -853,15 +853,16 @@ def test_produce_does_not_create_topics_when_auto_create_is_off(open_client: Ope
     assert client.broker.topics.get("new") is None
 
 
-def test_produce_with_a_transactional_id_is_refused_unwritten(client: Client) -> None:
+def test_produce_with_a_transactional_id_and_a_plain_batch_is_written(client: Client) -> None:
     client.broker.create_topic("t", 1)
     answer = client.produce("t", make_batch(), transactional_id="tx-1")
-    # No transaction coordinator yet: INVALID_TXN_STATE (48), which clients treat as fatal.
-    assert answer.error_code == ErrorCode.invalid_txn_state
-    assert client.log("t").log_end_offset == 0
+    assert answer.error_code == ErrorCode.none
+    assert client.log("t").log_end_offset == 1
 
 
-def test_produce_of_a_transactional_batch_is_refused_unwritten(client: Client) -> None:
+def test_a_transactional_batch_outside_a_transaction_is_refused_unwritten(
+    client: Client,
+) -> None:
     client.broker.create_topic("t", 1)
     batch = encode_batch(
         [Record(b"v")], producer_id=5, producer_epoch=0, base_sequence=0,

@@ -1050,6 +1050,88 @@ HANDLER_DATA: dict[int, dict[str, Any]] = {
         ],
         "next_cursor": {"topic_name": "orders", "partition_index": 1},
     },
+    # What apis/transactions.py fills in: both shapes of AddPartitionsToTxn (v0-3 and v4+).
+    24: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "results_by_topic_v3_and_below": [
+            {
+                "name": "orders",
+                "results_by_partition": [
+                    {"partition_index": 0, "partition_error_code": ErrorCode.none}
+                ],
+            }
+        ],
+        "results_by_transaction": [
+            {
+                "transactional_id": "tx",
+                "topic_results": [
+                    {
+                        "name": "orders",
+                        "results_by_partition": [
+                            {"partition_index": 0, "partition_error_code": ErrorCode.none}
+                        ],
+                    }
+                ],
+            }
+        ],
+    },
+    25: {"throttle_time": 0, "error_code": ErrorCode.none},
+    26: {"throttle_time": 0, "error_code": ErrorCode.none},
+    28: {
+        "throttle_time": 0,
+        "topics": [
+            {"name": "orders", "partitions": [{"partition_index": 0, "error_code": ErrorCode.none}]}
+        ],
+    },
+    61: {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": "orders",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": ErrorCode.none,
+                        "error_message": None,
+                        "active_producers": [
+                            {
+                                "producer_id": 4000,
+                                "producer_epoch": 1,
+                                "last_sequence": 9,
+                                "last_timestamp": 1_700_000_000_000,
+                                "coordinator_epoch": 0,
+                                "current_txn_start_offset": 40,
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    },
+    65: {
+        "throttle_time": 0,
+        "transaction_states": [
+            {
+                "error_code": ErrorCode.none,
+                "transactional_id": "tx",
+                "transaction_state": "Ongoing",
+                "transaction_timeout": 60_000,
+                "transaction_start_time": 1_700_000_000_000,
+                "producer_id": 4000,
+                "producer_epoch": 1,
+                "topics": [{"topic": "orders", "partitions": [0, 1]}],
+            }
+        ],
+    },
+    66: {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "unknown_state_filters": ["Nope"],
+        "transaction_states": [
+            {"transactional_id": "tx", "producer_id": 4000, "transaction_state": "Ongoing"}
+        ],
+    },
 }
 
 

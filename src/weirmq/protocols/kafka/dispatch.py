@@ -58,6 +58,7 @@ from .apis import admin, cluster
 from .apis import groups as group_apis
 from .apis import quotas as quota_apis
 from .apis import share as share_apis
+from .apis import transactions as txn_apis
 from .apis.fetch import handle_fetch
 from .apis.metadata import handle_init_producer_id, handle_metadata
 from .apis.offsets import handle_list_offsets, handle_offset_for_leader_epoch
@@ -96,7 +97,8 @@ class Api(NamedTuple):
 # Upper bounds are Kafka 4.2's where no replication or transaction is involved: Produce
 # v13 and Fetch v13+ name topics by id (KIP-516), Fetch v15-18 add follower state in tags,
 # ListOffsets v11 the tiered-storage timestamps (no remote storage: no offset).
-# InitProducerId v6 is two-phase commit (KIP-939), which does not exist yet.
+# InitProducerId v6 is two-phase commit (KIP-939), which does not exist yet; EndTxn v5 and
+# TxnOffsetCommit v5 are KIP-890 part 2 (apis/transactions.py says why they are left out).
 # Lower bounds of the admin APIs are the oldest versions kio has classes for; every client
 # we test (librdkafka 2.x, kafka-python 3, aiokafka) speaks at least those.
 API_VERSIONS: dict[int, Api] = {
@@ -118,6 +120,10 @@ API_VERSIONS: dict[int, Api] = {
     20: Api(1, 6, admin.handle_delete_topics),
     21: Api(0, 2, admin.handle_delete_records),
     22: Api(0, 5, handle_init_producer_id),
+    24: Api(0, 5, txn_apis.handle_add_partitions_to_txn),
+    25: Api(0, 4, txn_apis.handle_add_offsets_to_txn),
+    26: Api(0, 4, txn_apis.handle_end_txn),
+    28: Api(0, 4, txn_apis.handle_txn_offset_commit),
     23: Api(2, 4, handle_offset_for_leader_epoch),
     32: Api(1, 4, admin.handle_describe_configs),
     33: Api(0, 2, admin.handle_alter_configs),
@@ -134,6 +140,9 @@ API_VERSIONS: dict[int, Api] = {
     49: Api(0, 1, quota_apis.handle_alter_client_quotas),
     55: Api(0, 2, cluster.handle_describe_quorum),
     60: Api(0, 2, admin.handle_describe_cluster),
+    61: Api(0, 0, txn_apis.handle_describe_producers),
+    65: Api(0, 0, txn_apis.handle_describe_transactions),
+    66: Api(0, 2, txn_apis.handle_list_transactions),
     68: Api(0, 1, group_apis.handle_consumer_group_heartbeat),
     69: Api(0, 1, group_apis.handle_consumer_group_describe),
     74: Api(0, 1, cluster.handle_list_config_resources),

@@ -52,6 +52,7 @@ class FetchRequest(Protocol):
     max_wait: datetime.timedelta
     min_bytes: int
     max_bytes: int
+    isolation_level: int
     session_id: int
     session_epoch: int
     topics: Sequence[FetchTopic]
@@ -72,6 +73,7 @@ class ListOffsetsTopic(Protocol):
 
 
 class ListOffsetsRequest(Protocol):
+    isolation_level: int
     topics: Sequence[ListOffsetsTopic]
 
 
@@ -95,6 +97,10 @@ class MetadataRequest(Protocol):
 
 class InitProducerIdRequest(Protocol):
     transactional_id: str | None
+    transaction_timeout: datetime.timedelta
+    producer_id: int
+    """The producer id and epoch the client has (KIP-360, v3+); -1 without."""
+    producer_epoch: int
 
 
 class EpochPartition(Protocol):
@@ -585,6 +591,88 @@ class ListConfigResourcesRequest(Protocol):
     resource_types: Sequence[int]
 
 
+# --- transactions (24-28, 61, 65, 66) -------------------------------------------------------
+
+
+class TxnTopic(Protocol):
+    name: str
+    partitions: Sequence[int]
+
+
+class AddPartitionsTransaction(Protocol):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    verify_only: bool
+    topics: Sequence[TxnTopic]
+
+
+class AddPartitionsToTxnRequest(Protocol):
+    v3_and_below_transactional_id: str
+    """v0-3: one transaction; v4+ (brokers, KIP-890): `transactions`."""
+    v3_and_below_producer_id: int
+    v3_and_below_producer_epoch: int
+    v3_and_below_topics: Sequence[TxnTopic]
+    transactions: Sequence[AddPartitionsTransaction]
+
+
+class AddOffsetsToTxnRequest(Protocol):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+
+class EndTxnRequest(Protocol):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+
+class TxnOffsetPartition(Protocol):
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    committed_metadata: str | None
+
+
+class TxnOffsetTopic(Protocol):
+    name: str
+    partitions: Sequence[TxnOffsetPartition]
+
+
+class TxnOffsetCommitRequest(Protocol):
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    topics: Sequence[TxnOffsetTopic]
+
+
+class ProducersTopic(Protocol):
+    name: str
+    partition_indexes: Sequence[int]
+
+
+class DescribeProducersRequest(Protocol):
+    topics: Sequence[ProducersTopic]
+
+
+class DescribeTransactionsRequest(Protocol):
+    transactional_ids: Sequence[str]
+
+
+class ListTransactionsRequest(Protocol):
+    state_filters: Sequence[str]
+    producer_id_filters: Sequence[int]
+    duration_filter: int
+    transactional_id_pattern: str | None
+
+
 # --- what absent fields read ----------------------------------------------------------------
 
 ABSENT: dict[int, dict[FieldPath, Any]] = {
@@ -597,7 +685,7 @@ ABSENT: dict[int, dict[FieldPath, Any]] = {
         ("topics", "topic_id"): None,
     },
     # ListOffsets: the leader-epoch fence from v4.
-    2: {("topics", "partitions", "current_leader_epoch"): -1},
+    2: {("topics", "partitions", "current_leader_epoch"): -1, ("isolation_level",): 0},
     # Metadata: v0-3 always auto-create; topic ids from v10; operations from v8.
     3: {
         ("allow_auto_topic_creation",): True,
@@ -644,6 +732,25 @@ ABSENT: dict[int, dict[FieldPath, Any]] = {
     45: {("allow_replication_factor_change",): True},
     # ListConfigResources: v0 (ListClientMetricsResources) lists client metrics only.
     74: {("resource_types",): (16,)},
+    # InitProducerId: the client's producer id and epoch from v3 (KIP-360).
+    22: {("producer_id",): -1, ("producer_epoch",): -1},
+    # AddPartitionsToTxn: one transaction until v3, many (with verify_only) from v4.
+    24: {
+        ("v3_and_below_transactional_id",): "",
+        ("v3_and_below_producer_id",): -1,
+        ("v3_and_below_producer_epoch",): -1,
+        ("v3_and_below_topics",): (),
+        ("transactions",): (),
+    },
+    # TxnOffsetCommit: the leader epoch from v2, the group member from v3 (KIP-447).
+    28: {
+        ("topics", "partitions", "committed_leader_epoch"): -1,
+        ("generation_id",): -1,
+        ("member_id",): "",
+        ("group_instance_id",): None,
+    },
+    # ListTransactions: the duration filter from v1, the id pattern from v2.
+    66: {("duration_filter",): -1, ("transactional_id_pattern",): None},
 }
 """Per API key, the value a field reads in versions that lack it, by its path."""
 
@@ -729,6 +836,13 @@ PROTOCOLS: Mapping[int, type[Any]] = {
     55: DescribeQuorumRequest,
     74: ListConfigResourcesRequest,
     75: DescribeTopicPartitionsRequest,
+    24: AddPartitionsToTxnRequest,
+    25: AddOffsetsToTxnRequest,
+    26: EndTxnRequest,
+    28: TxnOffsetCommitRequest,
+    61: DescribeProducersRequest,
+    65: DescribeTransactionsRequest,
+    66: ListTransactionsRequest,
 }
 """The typed view of each API's request (Produce has its own decoder, `wire.fast`), for
 the test that checks the views against kio's classes."""

@@ -20,8 +20,11 @@ FETCH_SESSION_ID_NOT_FOUND, and the client starts over with a full fetch.
 
 Offsets outside [log start, log end] get OFFSET_OUT_OF_RANGE together with the log start
 and high watermark, which the client's auto.offset.reset needs (the high watermark is
-the partition's: see broker/partition.py). There are no transactions yet, so the last
-stable offset is the high watermark and read_committed sees what read_uncommitted sees.
+the partition's: see broker/partition.py). Every answer carries the partition's last
+stable offset (below the oldest open transaction). A read_committed fetch (isolation
+level 1) reads only below it, and gets the aborted transactions its batches overlap
+(`Partition.read_committed`), from which the client drops aborted records; a
+read_uncommitted fetch reads to the high watermark and gets none.
 
 From v13 on (KIP-516) topics are named by id, both ways: each id is looked up once, at
 the start, and a partition of an id no topic has is answered UNKNOWN_TOPIC_ID. What v15
@@ -51,15 +54,29 @@ _INITIAL_EPOCH = 0  # a full fetch that asks for a new session (closing any it n
 _FINAL_EPOCH = -1  # a full fetch without a session (closing any it names)
 
 
+READ_COMMITTED = 1
+"""Fetch's isolation level for read_committed (0 is read_uncommitted)."""
+
+
 class _Partition:
-    __slots__ = ("error", "high_watermark", "index", "log_start_offset", "records")
+    __slots__ = (
+        "aborted",
+        "error",
+        "high_watermark",
+        "index",
+        "last_stable_offset",
+        "log_start_offset",
+        "records",
+    )
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.error = ErrorCode.none
         self.high_watermark = -1
+        self.last_stable_offset = -1
         self.log_start_offset = -1
         self.records: bytes | memoryview = b""
+        self.aborted: list[dict[str, int]] | None = None
 
 
 def handle_fetch(
@@ -108,6 +125,7 @@ _Read = list[tuple[str, uuid.UUID | None, list["_Partition"]]]
 
 def _read_all(broker: Broker, request: FetchRequest) -> tuple[_Read, int, bool]:
     budget = int(request.max_bytes)
+    committed = int(request.isolation_level) == READ_COMMITTED
     found = 0
     failed = False
     result = []
@@ -117,7 +135,15 @@ def _read_all(broker: Broker, request: FetchRequest) -> tuple[_Read, int, bool]:
             partition = _Partition(int(wanted.partition))
             limit = min(int(wanted.partition_max_bytes), budget - found)
             if topic.topic:
-                _read_one(broker, topic.topic, wanted, partition, limit, first=found == 0)
+                _read_one(
+                    broker,
+                    topic.topic,
+                    wanted,
+                    partition,
+                    limit,
+                    first=found == 0,
+                    committed=committed,
+                )
             else:  # v13+, an id no topic has
                 partition.error = ErrorCode.unknown_topic_id
             found += len(partition.records)
@@ -135,6 +161,7 @@ def _read_one(
     limit: int,
     *,
     first: bool,
+    committed: bool,
 ) -> None:
     found = broker.partition(topic, partition.index)
     if found is None:
@@ -146,6 +173,7 @@ def _read_one(
         return
     start, end = found.log_start_offset, found.high_watermark
     partition.high_watermark, partition.log_start_offset = end, start
+    partition.last_stable_offset = found.last_stable_offset
     offset = int(wanted.fetch_offset)
     if not start <= offset <= end:  # checked before the byte budget, as Kafka does
         partition.error = ErrorCode.offset_out_of_range
@@ -153,7 +181,15 @@ def _read_one(
     if limit <= 0 and not first:
         return
     try:
-        read = found.read(offset, max(limit, 1))
+        if committed:
+            read, aborted = found.read_committed(offset, max(limit, 1))
+            if read is None:
+                return  # nothing stable yet past `offset`
+            partition.aborted = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted
+            ]
+        else:
+            read = found.read(offset, max(limit, 1))
     except OffsetOutOfRangeError:
         partition.error = ErrorCode.offset_out_of_range
         return
@@ -165,6 +201,7 @@ def _read_one(
         return  # its first batch does not fit what is left; it comes in a later fetch
     partition.records = records  # written to the socket as is, never copied
     partition.high_watermark = found.high_watermark
+    partition.last_stable_offset = found.last_stable_offset
     partition.log_start_offset = read.log_start_offset
 
 
@@ -195,9 +232,9 @@ def _response(broker: Broker, result: _Read) -> dict[str, Any]:
                         "partition_index": p.index,
                         "error_code": p.error,
                         "high_watermark": p.high_watermark,
-                        "last_stable_offset": p.high_watermark,
+                        "last_stable_offset": p.last_stable_offset,
                         "log_start_offset": p.log_start_offset,
-                        "aborted_transactions": None,
+                        "aborted_transactions": p.aborted,
                         "preferred_read_replica": -1,
                         "records": p.records,
                     }

@@ -1,6 +1,7 @@
 """The group APIs: Kafka requests in, `groups.GroupCoordinator` calls, responses out.
 
-This broker is the coordinator of every group (FindCoordinator names it for any key).
+This broker is the coordinator of every group and every transactional id (FindCoordinator
+names it for any key of key type 0, 1 or 2).
 The coordinator is sans-I/O, and its log and timer are broker services
 (broker/group_service.py); this adapter adds what is Kafka's:
 
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 KEY_TYPE_SHARE = 2
 """A share-partition's coordinator (key "group:topicId:partition"): this broker too."""
 JOIN_REQUIRES_MEMBER_ID_VERSION = 4
@@ -127,9 +129,9 @@ def handle_find_coordinator(
 ) -> dict[str, Any]:
     host, port = broker.advertised
     key_type = int(request.key_type)
-    if key_type in (KEY_TYPE_GROUP, KEY_TYPE_SHARE):
+    if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE):
         code, message, node = ErrorCode.none, None, broker.node_id
-    else:  # transactions (1) are not coordinated here yet
+    else:
         code, message, node = ErrorCode.invalid_request, f"key type {key_type} is not supported", -1
     if version < 4:
         return {

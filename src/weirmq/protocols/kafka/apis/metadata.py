@@ -18,11 +18,12 @@ Which topics a request means:
 
 InitProducerId without a transactional id gives an idempotent producer a fresh producer
 id at epoch 0, as Kafka does (an id is never reused; see `topics.ProducerIdAllocator`).
-Transactional ids need the transaction coordinator, which does not exist yet.
+With a transactional id, the transaction coordinator answers (apis/transactions.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from ....broker.core import INTERNAL_TOPICS, LEADER_EPOCH, Broker
@@ -30,6 +31,7 @@ from ....broker.topics import Topic
 from ....errors import ErrorCode, KafkaError
 from ....types import RequestContext
 from ..requests import InitProducerIdRequest, MetadataRequest, MetadataTopic
+from .transactions import init_transactional_producer
 
 TOPIC_ID_LOOKUP_VERSION = 12
 """Metadata versions below this have a topic id field but cannot look topics up by it."""
@@ -131,13 +133,9 @@ def _describe(broker: Broker, topic: Topic) -> dict[str, Any]:
 
 def handle_init_producer_id(
     broker: Broker, request: InitProducerIdRequest, version: int, ctx: RequestContext
-) -> dict[str, Any]:
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     if request.transactional_id is not None:
-        return {
-            "error_code": ErrorCode.transactional_id_authorization_failed,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
+        return init_transactional_producer(broker, request, request.transactional_id, version)
     return {
         "error_code": ErrorCode.none,
         "producer_id": broker.producer_ids.allocate(),

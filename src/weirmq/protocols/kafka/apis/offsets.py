@@ -2,8 +2,9 @@
 
 ListOffsets maps a timestamp to an offset per partition. Negative timestamps are special:
 
-    -1 LATEST             the log end (the high watermark; with no transactions also the
-                          last stable offset, so both isolation levels get it)
+    -1 LATEST             the log end (the high watermark) for read_uncommitted, the last
+                          stable offset (below the oldest open transaction) for
+                          read_committed (isolation level 1, v2+)
     -2 EARLIEST           the log start
     -3 MAX_TIMESTAMP      the first record carrying the largest timestamp (v7+)
     -4 EARLIEST_LOCAL     the log start: every segment is local (v8+)
@@ -40,6 +41,7 @@ from ..requests import (
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6
 UNDEFINED = -1
+READ_COMMITTED = 1
 
 
 def handle_list_offsets(
@@ -47,12 +49,16 @@ def handle_list_offsets(
 ) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
-        partitions = [_list_one(broker, topic.name, p) for p in topic.partitions]
+        partitions = [
+            _list_one(broker, topic.name, p, int(request.isolation_level)) for p in topic.partitions
+        ]
         topics.append({"name": topic.name, "partitions": partitions})
     return {"topics": topics}
 
 
-def _list_one(broker: Broker, topic: str, wanted: ListOffsetsPartition) -> dict[str, Any]:
+def _list_one(
+    broker: Broker, topic: str, wanted: ListOffsetsPartition, isolation: int
+) -> dict[str, Any]:
     index = int(wanted.partition_index)
     answer: dict[str, Any] = {
         "partition_index": index,
@@ -73,7 +79,11 @@ def _list_one(broker: Broker, topic: str, wanted: ListOffsetsPartition) -> dict[
     timestamp = int(wanted.timestamp)
     try:
         if timestamp == LATEST:
-            answer["offset"] = partition.high_watermark
+            answer["offset"] = (
+                partition.last_stable_offset
+                if isolation == READ_COMMITTED
+                else partition.high_watermark
+            )
         elif timestamp in (EARLIEST, EARLIEST_LOCAL):
             answer["offset"] = partition_log.log_start_offset
         elif timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):

@@ -18,7 +18,10 @@ looked up (`name_topics`) before admission, which needs the names; a partition o
 topic has is answered UNKNOWN_TOPIC_ID (ids never auto-create a topic).
 
 A produce request (v3+) carries exactly one batch per partition; Kafka refuses anything else
-with INVALID_RECORD, and so does `publish`.
+with INVALID_RECORD, and so does `publish`. A transactional batch is appended only when the
+transaction coordinator knows the partition to be in its producer's open transaction
+(KIP-890 part 1, `Partition.publish`); otherwise it gets the coordinator's code
+(INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH for a fenced producer).
 
 A batch holding a record due later (`weirmq.delay.ms`, `weirmq.deliver.at.ms`; see
 broker/delays.py) is written to the delayed log instead: it is answered with base offset -1
@@ -98,8 +101,6 @@ def handle_produce(
             outcome = _Outcome()
             if durability is None:
                 outcome.error = ErrorCode.invalid_required_acks
-            elif request.transactional_id is not None:
-                outcome.error = ErrorCode.invalid_txn_state  # transactions: not yet
             elif not topic_data.name:  # v13+: an id no topic has (`name_topics`)
                 outcome.error = ErrorCode.unknown_topic_id
             else:
