@@ -729,6 +729,15 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         minimum=1, maximum=INT32_MAX,
     ),
     SettingSpec(
+        "group_consumer_migration_policy",
+        _token_kind(
+            re.compile(r"(?i)bidirectional|upgrade|downgrade|disabled"),
+            "one of BIDIRECTIONAL, UPGRADE, DOWNGRADE, DISABLED",
+        ),
+        "group.consumer.migration.policy",
+        "which online conversions between classic and consumer (KIP-848) groups are allowed",
+    ),
+    SettingSpec(
         "group_share_min_session_timeout_ms", INTEGER,
         "group.share.min.session.timeout.ms",
         "shortest share.session.timeout.ms a group config may set",
@@ -1001,6 +1010,8 @@ class Settings:
     """group.consumer.min.heartbeat.interval.ms."""
     group_consumer_max_heartbeat_interval_ms: int = 15000
     """group.consumer.max.heartbeat.interval.ms."""
+    group_consumer_migration_policy: str = "BIDIRECTIONAL"
+    """group.consumer.migration.policy: BIDIRECTIONAL, UPGRADE, DOWNGRADE or DISABLED."""
     group_share_min_session_timeout_ms: int = 45000
     """group.share.min.session.timeout.ms."""
     group_share_max_session_timeout_ms: int = 60000

@@ -286,7 +286,8 @@ def test_kinds_convert_only_when_empty(fx: Fixture) -> None:
     assert commit(c, "g", {0: 6}, member_id="m1", generation=answer.member_epoch) == [
         ErrorCode.none
     ]
-    # a classic group with members refuses a KIP-848 member
+    # a classic group with members whose subscriptions do not parse (b"") cannot be
+    # upgraded online: it refuses a KIP-848 member (test_migration.py has the rest)
     member, _gen = join_and_sync(c, "classic")
     with pytest.raises(GroupError) as info:
         c.consumer_heartbeat(

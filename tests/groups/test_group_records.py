@@ -10,12 +10,15 @@ from hypothesis import strategies as st
 
 from weirmq.groups import protocol
 from weirmq.groups.records import (
+    ConsumerGroupKey,
+    ConsumerGroupValue,
     GroupKey,
     GroupValue,
     MemberRecord,
     OffsetKey,
     OffsetValue,
     RecordFormatError,
+    decode_consumer_group_value,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -49,7 +52,8 @@ def test_older_offset_values_kafka_wrote_are_read() -> None:
 
 
 def test_keys_of_kinds_not_kept_here_are_skipped_and_garbage_is_refused() -> None:
-    assert decode_key(b"\x00\x03\x00\x01g") is None  # a KIP-848 record of Kafka's
+    # a KIP-848 member record of Kafka's (ConsumerGroupMemberMetadataKey, version 5)
+    assert decode_key(b"\x00\x05\x00\x01g\x00\x01m") is None
     with pytest.raises(RecordFormatError):
         decode_key(b"\x00\x01\x00\x05g")  # string longer than the record
     with pytest.raises(RecordFormatError):
@@ -107,3 +111,14 @@ def test_consumer_protocol_assignment_and_subscription() -> None:
     # what clients send is never trusted: garbage reads as empty
     assert protocol.assigned_partitions(b"\x00\x00\x7f\xff\xff\xff") == ()
     assert protocol.subscribed_topics(b"\x00") == frozenset()
+
+
+@given(names, ints32)
+def test_consumer_group_metadata_round_trips_in_kafkas_layout(group: str, epoch: int) -> None:
+    key = encode_key(ConsumerGroupKey(group))
+    assert key[:2] == b"\x00\x03"  # Kafka's ConsumerGroupMetadataKey version
+    assert decode_key(key) == ConsumerGroupKey(group)
+    value = encode_value(ConsumerGroupValue(epoch))
+    # version 0, the epoch, and an empty tagged-field section (a flexible version)
+    assert value == struct.pack(">hi", 0, epoch) + b"\x00"
+    assert decode_consumer_group_value(value) == ConsumerGroupValue(epoch)

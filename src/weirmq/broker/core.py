@@ -53,7 +53,7 @@ from ..flow.quotas import QuotaTable
 from ..groups import consumer as kip848
 from ..groups import share as kip932
 from ..groups.classic import ClassicSettings
-from ..groups.coordinator import CoordinatorSettings, GroupCoordinator
+from ..groups.coordinator import CoordinatorSettings, GroupCoordinator, MigrationPolicy
 from ..groups.views import GroupView, PartitionLag
 from ..settings import PARTITIONS_PER_TOPIC_MAX, Settings
 from ..storage.cleaner import CompactionConfig
@@ -900,6 +900,7 @@ def coordinator_settings(settings: Settings) -> CoordinatorSettings:
             heartbeat_interval_ms=settings.group_share_heartbeat_interval_ms,
         ),
         offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
+        migration_policy=MigrationPolicy.parse(settings.group_consumer_migration_policy),
     )
 
 

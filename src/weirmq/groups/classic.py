@@ -709,6 +709,17 @@ class ClassicGroup:
                 self.static_members[m.group_instance_id] = m.member_id
         self.state = State.STABLE if self.members else State.EMPTY
 
+    def start_rebalance(self, now_ms: int) -> None:
+        """Every member must rejoin: a group just rebuilt from a consumer group (an online
+        downgrade, see coordinator.py), whose members were assigned by the coordinator
+        and now need a leader's assignment. Nobody waits here yet, so nothing is
+        answered; members hear REBALANCE_IN_PROGRESS on their next heartbeat."""
+        assert self.state is State.STABLE and self.members, "a restored group with members"
+        assert not any(m.kept_alive for m in self.members.values()), "nobody waits yet"
+        replies = self._prepare_rebalance(now_ms)
+        assert not replies, replies
+        self.persist(self)
+
     def subscribed_topics(self) -> frozenset[str] | None:
         """Topics the members subscribe to; None when the protocol is not "consumer"
         (the subscription is then opaque)."""

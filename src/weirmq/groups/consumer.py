@@ -23,6 +23,9 @@ Group states, as ConsumerGroupDescribe names them, follow from those epochs (`_d
     Reconciling, Stable   Empty         the last member leaves or expires
     Empty                 Dead          the group is deleted
 
+A group converted from a classic group (`from_classic`) is built, not moved: it starts
+Stable, every member at the classic generation with what it was assigned.
+
 Each member converges to its target on its own heartbeats (Kafka's CurrentAssignmentBuilder):
 
     STABLE ──new target epoch──▶ keeps current ∩ target; if it must give partitions up
@@ -45,6 +48,32 @@ A static member (instance id) leaving with epoch -2 keeps its partitions reserve
 session timeout; rejoining with the same instance id (epoch 0, any member id) takes its
 place and assignment without a new group epoch unless its subscription changed.
 
+Classic members (KIP-848's online migration). A group converted from a classic group
+(`from_classic`), or joined by a classic consumer while it has members, may hold members
+that speak the classic protocol. They are assigned and reconciled like the others; only
+the way they hear about it differs, since a classic client learns its assignment only
+from SyncGroup and reports what it owns only in JoinGroup (subscription v1+; a v0 member
+is eager and owns nothing when it rejoins):
+
+    JoinGroup   `classic_join`: the member is created or updated from its subscription
+                and reconciled against what it says it owns; answered at once (no
+                barrier) with its member epoch as the generation and no leader, so that
+                no client computes an assignment
+    SyncGroup   `classic_sync`: its assigned partitions, in the consumer protocol format
+    Heartbeat   `classic_heartbeat`: REBALANCE_IN_PROGRESS when it must rejoin to move
+                on (`_must_rejoin`): its epoch is behind the group's, or partitions it
+                waits for were released; never while it has revocations pending (it
+                rejoins by itself once it has revoked them). From the first time it is
+                told, it has its rebalance timeout to rejoin, or it is removed (Kafka's
+                join timeout: a member that keeps heartbeating without ever rejoining
+                would otherwise hold its partitions for ever)
+    LeaveGroup  `classic_leave`: it goes, as a consumer-protocol member leaving
+
+A classic member's generation is its member epoch (ILLEGAL_GENERATION otherwise, for
+commits too); its session timeout is its own, from its JoinGroup. Unlike Kafka, there is
+no separate timeout between a classic member's JoinGroup and its SyncGroup: its session
+timeout bounds that wait, and its rebalance timeout bounds a rejoin it was told to make.
+
 Simplifications, compared with Kafka: regular expressions are resolved synchronously with
 Python's `re.fullmatch` against the topic snapshot each call brings (Kafka resolves RE2J
 patterns in the background); topic metadata is compared on every heartbeat rather than on
@@ -65,7 +94,10 @@ from typing import Any, Final, Protocol, TypeVar
 from ..errors import ErrorCode
 from ..types import TopicPartition
 from .assignors import ASSIGNORS
+from .classic import ClassicGroup, GroupReply, JoinRequest, JoinResult, SyncResult
 from .errors import GroupError
+from .protocol import Subscription, assigned_partitions, encode_assignment, parse_subscription
+from .records import RecordFormatError
 from .views import (
     AssignedTopic,
     ConsumerGroupDescription,
@@ -82,6 +114,8 @@ STATIC_LEAVE_EPOCH: Final = -2
 UNCHANGED_REBALANCE_TIMEOUT: Final = -1
 """A heartbeat's rebalance_timeout when it repeats nothing."""
 _MEMBER_ID_ATTEMPTS_MAX: Final = 16
+CONSUMER_PROTOCOL_TYPE: Final = "consumer"
+"""The classic protocol type of Kafka consumers: the only one a consumer group speaks."""
 
 Partition = tuple[uuid.UUID, int]
 """(topic id, partition): ids, not names, so a topic deleted and recreated is a new topic."""
@@ -141,6 +175,25 @@ class MemberState(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member that speaks the classic protocol told us in its last JoinGroup."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    """(assignor name, subscription) in the member's order of preference; not empty."""
+
+    @property
+    def preferred(self) -> str:
+        return self.protocols[0][0]
+
+    def names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.protocols)
+
+    def metadata(self, protocol: str) -> bytes:
+        return next((data for name, data in self.protocols if name == protocol), b"")
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     """What the group needs to know of an existing topic."""
 
@@ -196,6 +249,9 @@ class HeartbeatResponse:
     heartbeat_interval_ms: int
     assignment: dict[uuid.UUID, tuple[int, ...]] | None
     """The partitions the member may own now; None when unchanged."""
+    released: tuple[GroupReply, ...] = ()
+    """Answers to waiting classic requests this step gave (an online upgrade answers
+    them REBALANCE_IN_PROGRESS); the caller delivers them, as a classic step's replies."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,10 +278,17 @@ class ConsumerGroupMember:
     session_deadline_ms: int
     rebalance_deadline_ms: int | None
     """Set while in UNREVOKED_PARTITIONS."""
+    classic: ClassicMemberMetadata | None = None
+    """Set for a member that speaks the classic protocol (module docstring)."""
 
     @property
     def held(self) -> Partitions:
         return self.assigned | self.pending_revocation
+
+    @property
+    def session_timeout_ms(self) -> int | None:
+        """The member's own session timeout (classic members); None: the group's."""
+        return None if self.classic is None else self.classic.session_timeout_ms
 
 
 def _random_member_id() -> str:
@@ -246,10 +309,13 @@ class ConsumerGroup:
         *,
         settings: ConsumerGroupSettings | None = None,
         new_member_id: Callable[[], str] = _random_member_id,
+        persist: Callable[[ConsumerGroup], None] | None = None,
     ) -> None:
         self._group_id = group_id
         self._settings = settings or ConsumerGroupSettings()
         self._new_member_id = new_member_id
+        self._persist = persist
+        """Called after each group epoch bump: the coordinator records the epoch."""
         self._state = GroupState.EMPTY
         self._group_epoch = 0
         self._assignment_epoch = 0
@@ -324,13 +390,27 @@ class ConsumerGroup:
         return min(deadlines, default=None)
 
     def validate_commit(self, member_id: str, member_epoch: int) -> ErrorCode:
-        """OffsetCommit v9+ from a member: its id must be known and its epoch current."""
+        """OffsetCommit v9+ from a member: its id must be known and its epoch current (a
+        classic member's generation is its epoch: ILLEGAL_GENERATION, as Kafka)."""
         member = self._members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
         if member_epoch != member.member_epoch:
+            if member.classic is not None:
+                return ErrorCode.illegal_generation
             return ErrorCode.stale_member_epoch
         return ErrorCode.none
+
+    def uses_classic_only(self, leaving: Iterable[str] = ()) -> bool:
+        """Whether members remain once `leaving` have gone, all speaking the classic
+        protocol (the condition of an online downgrade)."""
+        gone = set(leaving)
+        rest = [m for m in self._members.values() if m.member_id not in gone]
+        return bool(rest) and all(m.classic is not None for m in rest)
+
+    def expiring(self, now_ms: int) -> list[str]:
+        """The members `expire(now_ms)` would remove, sorted."""
+        return sorted(m.member_id for m in self._members.values() if _is_expired(m, now_ms))
 
     def validate_fetch(self, member_id: str, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9+ from a member; same rules as a commit. A request from outside
@@ -385,6 +465,7 @@ class ConsumerGroup:
                     subscribed_topic_regex=m.subscribed_topic_regex,
                     assignment=assigned_topics(m.assigned, names),
                     target_assignment=assigned_topics(self.target(m.member_id), names),
+                    classic=m.classic is not None,
                 )
                 for m in self.members
             ),
@@ -410,18 +491,13 @@ class ConsumerGroup:
 
         owned = _partitions(request.topic_partitions)
         member, replaced_id, is_new = self._find_or_create(request, owned)
+        if member.classic is not None:
+            raise GroupError(
+                ErrorCode.unknown_member_id,
+                f"Member {member.member_id} uses the classic protocol.",
+            )
         updated = self._apply(member, request, now_ms, client_id, client_host)
-        bump = is_new or _subscription(member) != _subscription(updated)
-        self._put(updated, replacing=replaced_id)
-        # Not short-circuited: _refresh also records the new metadata and assignor.
-        bump = self._refresh() or bump
-        if bump:
-            self._bump_group_epoch()
-        if self._group_epoch > self._assignment_epoch:
-            self._assign()
-        reconciled = self._reconcile(updated, owned, now_ms)
-        self._put(reconciled)
-        self._settle()
+        reconciled = self._upsert(member, updated, replaced_id, is_new, owned, now_ms)
 
         lost_response = JOIN_EPOCH < request.member_epoch < member.member_epoch
         full_request = request.member_epoch == JOIN_EPOCH or (
@@ -440,10 +516,312 @@ class ConsumerGroup:
             assignment=assigned_by_topic_id(reconciled.assigned) if send else None,
         )
 
+    def _upsert(
+        self,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        replaced_id: str | None,
+        is_new: bool,
+        owned: Partitions | None,
+        now_ms: int,
+    ) -> ConsumerGroupMember:
+        """Store `updated` (the request applied to `member`), bump the group epoch if
+        that changed the group, assign, and take the member one step towards its target;
+        the member as it ends up."""
+        bump = is_new or _subscription(member) != _subscription(updated)
+        self._put(updated, replacing=replaced_id)
+        # Not short-circuited: _refresh also records the new metadata and assignor.
+        bump = self._refresh() or bump
+        if bump:
+            self._bump_group_epoch()
+        if self._group_epoch > self._assignment_epoch:
+            self._assign()
+        reconciled = self._reconcile(updated, owned, now_ms)
+        self._put(reconciled)
+        self._settle()
+        return reconciled
+
+    # -- classic members (module docstring) ----------------------------------------------
+
+    def classic_join(
+        self, request: JoinRequest, *, topics: Mapping[str, TopicInfo], now_ms: int
+    ) -> JoinResult:
+        """JoinGroup from a classic member: answered at once. Raises GroupError."""
+        self._require(GroupEvent.HEARTBEAT)
+        self._observe_topics(topics)
+        subscription = self._check_classic_join(request)
+        member_id = request.member_id
+        if not member_id:
+            member_id = self._fresh_member_id()
+            if request.group_instance_id is None and request.require_known_member_id:
+                # KIP-394, as in a classic group; the id is not reserved (Kafka's neither).
+                self._check_room()
+                return JoinResult(ErrorCode.member_id_required, member_id=member_id)
+        beat = HeartbeatRequest(
+            group_id=self._group_id,
+            member_id=member_id,
+            member_epoch=JOIN_EPOCH,
+            instance_id=request.group_instance_id,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            subscribed_topic_names=subscription.topics,
+        )
+        member, replaced_id, is_new = self._find_classic(request, member_id)
+        classic = ClassicMemberMetadata(request.session_timeout_ms, request.protocols)
+        updated = replace(
+            self._apply(member, beat, now_ms, request.client_id, request.client_host),
+            classic=classic,
+            session_deadline_ms=now_ms + classic.session_timeout_ms,
+            rebalance_deadline_ms=None,  # it rejoined; reconciling may set a new one
+        )
+        ids = {name: info.topic_id for name, info in self._topics.items()}
+        owned = frozenset((ids[t], p) for t, p in subscription.owned if t in ids)
+        reconciled = self._upsert(member, updated, replaced_id, is_new, owned, now_ms)
+        return JoinResult(
+            ErrorCode.none,
+            generation=reconciled.member_epoch,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol=classic.preferred,
+            leader="",  # nobody leads: the coordinator assigns
+            member_id=reconciled.member_id,
+        )
+
+    def _check_classic_join(self, request: JoinRequest) -> Subscription:
+        """The member's subscription, once its protocols fit the group's classic members
+        (INCONSISTENT_GROUP_PROTOCOL otherwise, as Kafka)."""
+        names = frozenset(name for name, _ in request.protocols)
+        shared = frozenset[str](names)
+        for m in self._members.values():
+            if m.classic is not None and m.member_id != request.member_id:
+                shared &= m.classic.names()
+        if request.protocol_type != CONSUMER_PROTOCOL_TYPE or not shared:
+            raise GroupError(
+                ErrorCode.inconsistent_group_protocol,
+                f"Member {request.member_id}'s protocols are not supported.",
+            )
+        try:
+            return parse_subscription(request.protocols[0][1])
+        except RecordFormatError:
+            raise GroupError(
+                ErrorCode.inconsistent_group_protocol,
+                f"Member {request.member_id}'s subscription is malformed.",
+            ) from None
+
+    def _find_classic(
+        self, request: JoinRequest, member_id: str
+    ) -> tuple[ConsumerGroupMember, str | None, bool]:
+        """As `_find_or_create`, for a JoinGroup: a static member rejoining without its
+        member id takes its own place at once (the classic protocol's rule)."""
+        instance_id = request.group_instance_id
+        existing = self._members.get(self._static.get(instance_id or "", ""))
+        if existing is not None and existing.member_id != member_id:
+            if request.member_id:
+                raise GroupError(
+                    ErrorCode.fenced_instance_id,
+                    f"Instance id {instance_id} belongs to member {existing.member_id}.",
+                )
+            if member_id in self._members:
+                raise invalid_request(f"MemberId {member_id} is already used.")
+            replacement = replace(
+                existing,
+                member_id=member_id,
+                member_epoch=JOIN_EPOCH,
+                previous_member_epoch=JOIN_EPOCH,
+                state=MemberState.STABLE,
+                pending_revocation=frozenset(),
+                rebalance_deadline_ms=None,
+            )
+            return replacement, existing.member_id, False
+        known = self._members.get(member_id)
+        if known is not None:
+            if known.classic is None:
+                raise GroupError(
+                    ErrorCode.unknown_member_id,
+                    f"Member {member_id} does not use the classic protocol.",
+                )
+            return known, None, False
+        return self._new_member(member_id), None, True
+
+    def classic_sync(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        protocol_type: str | None,
+        protocol: str | None,
+        now_ms: int,
+    ) -> SyncResult:
+        """SyncGroup from a classic member: its assignment. Raises GroupError."""
+        self._require(GroupEvent.HEARTBEAT)
+        member = self._classic_member(member_id, instance_id, generation)
+        assert member.classic is not None
+        if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+            protocol is not None and protocol not in member.classic.names()
+        ):
+            raise GroupError(ErrorCode.inconsistent_group_protocol, "protocol mismatch")
+        if self._told_to_rejoin(member, now_ms):
+            raise GroupError(ErrorCode.rebalance_in_progress)
+        assignment = encode_assignment(assigned_by_name(member.assigned, self._topic_names()))
+        return SyncResult(
+            ErrorCode.none, CONSUMER_PROTOCOL_TYPE, protocol or member.classic.preferred, assignment
+        )
+
+    def classic_heartbeat(
+        self, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> ErrorCode:
+        """Heartbeat from a classic member: none, or REBALANCE_IN_PROGRESS when it must
+        rejoin. Raises GroupError."""
+        self._require(GroupEvent.HEARTBEAT)
+        member = self._classic_member(member_id, instance_id, generation)
+        rejoin = self._told_to_rejoin(member, now_ms)
+        return ErrorCode.rebalance_in_progress if rejoin else ErrorCode.none
+
+    def _told_to_rejoin(self, member: ConsumerGroupMember, now_ms: int) -> bool:
+        """A classic member was heard from: its session goes on; whether it must rejoin
+        (then its rebalance timeout runs from the first time it is told)."""
+        assert member.classic is not None
+        rejoin = self._must_rejoin(member)
+        deadline_ms = member.rebalance_deadline_ms
+        if rejoin and deadline_ms is None:
+            deadline_ms = now_ms + member.rebalance_timeout_ms
+        session_deadline_ms = now_ms + member.classic.session_timeout_ms
+        self._put(
+            replace(
+                member,
+                session_deadline_ms=session_deadline_ms,
+                rebalance_deadline_ms=deadline_ms,
+            )
+        )
+        return rejoin
+
+    def classic_leave(self, member_id: str, instance_id: str | None) -> ErrorCode:
+        """LeaveGroup for one classic member: its answer (none when it left)."""
+        if instance_id is not None:
+            known = self._static.get(instance_id)
+            if known is None:
+                return ErrorCode.unknown_member_id
+            if member_id and member_id != known:
+                return ErrorCode.fenced_instance_id
+            member_id = known
+        member = self._members.get(member_id)
+        if member is None or member.classic is None:
+            return ErrorCode.unknown_member_id
+        self._remove([member_id])
+        return ErrorCode.none
+
+    def _classic_member(
+        self, member_id: str, instance_id: str | None, generation: int
+    ) -> ConsumerGroupMember:
+        if instance_id is not None:
+            known = self._static.get(instance_id)
+            if known is not None and known != member_id:
+                raise GroupError(
+                    ErrorCode.fenced_instance_id,
+                    f"Instance id {instance_id} belongs to member {known}.",
+                )
+        member = self._members.get(member_id)
+        if member is None or member.classic is None:
+            raise GroupError(
+                ErrorCode.unknown_member_id,
+                f"Member {member_id} is not a classic member of the group.",
+            )
+        if generation != member.member_epoch:
+            raise GroupError(
+                ErrorCode.illegal_generation,
+                f"Generation {generation} is not member {member_id}'s ({member.member_epoch}).",
+            )
+        return member
+
+    def _must_rejoin(self, member: ConsumerGroupMember) -> bool:
+        """Whether a classic member has to rejoin to move on (module docstring)."""
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            return False  # it was told what to give up, and rejoins once it has
+        if self._group_epoch > member.member_epoch:
+            return True
+        if member.state is MemberState.UNRELEASED_PARTITIONS:
+            waiting = self.target(member.member_id) - member.assigned
+            return any(p not in self._holders for p in waiting)
+        return False
+
+    def _check_room(self) -> None:
+        max_size = self._settings.max_size
+        if max_size is not None and len(self._members) >= max_size:
+            raise GroupError(
+                ErrorCode.group_max_size_reached,
+                f"The consumer group has reached its maximum capacity of {max_size} members.",
+            )
+
+    # -- conversions ---------------------------------------------------------------------
+
+    @classmethod
+    def from_classic(
+        cls,
+        classic: ClassicGroup,
+        *,
+        settings: ConsumerGroupSettings,
+        topics: Mapping[str, TopicInfo],
+        now_ms: int,
+        persist: Callable[[ConsumerGroup], None] | None = None,
+    ) -> ConsumerGroup:
+        """A consumer group holding the members of a classic group of Kafka consumers (an
+        online upgrade): each keeps what it was assigned, which is also its target, at
+        the classic generation, which becomes the group epoch; so the group starts
+        Stable, and the member that triggered the upgrade bumps the epoch as it joins.
+        Raises RecordFormatError when a member's subscription does not parse."""
+        group = cls(classic.group_id, settings=settings, persist=persist)
+        group._observe_topics(topics)
+        ids = {name: info.topic_id for name, info in topics.items()}
+        epoch = classic.generation
+        group._group_epoch = group._assignment_epoch = epoch
+        for m in classic.members.values():
+            protocol = classic.protocol or m.protocols[0][0]
+            subscription = parse_subscription(m.metadata(protocol))
+            assigned = frozenset(
+                (ids[t], p)
+                for t, p in assigned_partitions(m.assignment)
+                if t in ids and (ids[t], p) not in group._holders  # first claim wins
+            )
+            group._put(
+                ConsumerGroupMember(
+                    member_id=m.member_id,
+                    instance_id=m.group_instance_id,
+                    rack_id=None,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    subscribed_topic_names=subscription.topics,
+                    subscribed_topic_regex=None,
+                    server_assignor=None,
+                    state=MemberState.STABLE,
+                    member_epoch=epoch,
+                    previous_member_epoch=epoch,
+                    assigned=assigned,
+                    pending_revocation=frozenset(),
+                    session_deadline_ms=now_ms + m.session_timeout_ms,
+                    rebalance_deadline_ms=None,
+                    classic=ClassicMemberMetadata(m.session_timeout_ms, m.protocols),
+                )
+            )
+            group._target[m.member_id] = assigned
+        group._refresh()
+        # Built, not moved: the group starts in the state its members put it in.
+        group._state = group._derive()
+        return group
+
+    def on_epoch_bump(self, persist: Callable[[ConsumerGroup], None]) -> None:
+        """From now on, call `persist` after each group epoch bump (a converted group,
+        once the coordinator keeps it)."""
+        self._persist = persist
+
+    def restore_epoch(self, epoch: int) -> None:
+        """The group epoch a record of the log says (replay): the group is empty, and its
+        members rejoin with higher epochs."""
+        assert self.is_empty, "only an empty group is restored"
+        self._group_epoch = self._assignment_epoch = epoch
+
     def expire(self, now_ms: int) -> list[str]:
         """Remove members past their session or rebalance deadline; their ids, sorted."""
         self._require(GroupEvent.EXPIRE)
-        expired = sorted(m.member_id for m in self._members.values() if _is_expired(m, now_ms))
+        expired = self.expiring(now_ms)
         if expired:
             self._remove(expired)
         return expired
@@ -563,12 +941,7 @@ class ConsumerGroup:
         return replacement, existing.member_id, False
 
     def _new_member(self, member_id: str) -> ConsumerGroupMember:
-        max_size = self._settings.max_size
-        if max_size is not None and len(self._members) >= max_size:
-            raise GroupError(
-                ErrorCode.group_max_size_reached,
-                f"The consumer group has reached its maximum capacity of {max_size} members.",
-            )
+        self._check_room()
         return ConsumerGroupMember(
             member_id=member_id,
             instance_id=None,
@@ -625,13 +998,14 @@ class ConsumerGroup:
             ),
             subscribed_topic_regex=regex,
             server_assignor=_or(request.server_assignor, member.server_assignor),
-            session_deadline_ms=now_ms + self._settings.session_timeout_ms,
+            session_deadline_ms=now_ms
+            + (member.session_timeout_ms or self._settings.session_timeout_ms),
         )
 
     def _leave(self, request: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         if request.instance_id is None:
             member = self._members.get(request.member_id)
-            if member is None:
+            if member is None or member.classic is not None:
                 raise GroupError(
                     ErrorCode.unknown_member_id, f"Member {request.member_id} is not in the group."
                 )
@@ -821,6 +1195,8 @@ class ConsumerGroup:
     def _bump_group_epoch(self) -> None:
         self._group_epoch += 1
         self._settle()
+        if self._persist is not None:
+            self._persist(self)
 
     def _derive(self) -> GroupState:
         """Kafka's rule: no member, target behind, someone behind the target, or none."""

@@ -11,9 +11,37 @@ Groups come in three kinds, which share one namespace and one offsets store:
   coordinator tells when members go (`ShareListener`) so that their records are released.
 
 An empty classic or consumer group turns into the other kind when a member of the other
-protocol arrives (its offsets stay); a non-empty one refuses it, as Kafka does. A share
-group never turns into another kind, nor another kind into a share group: its id is taken
-until it is deleted (Kafka refuses with INCONSISTENT_GROUP_PROTOCOL or GROUP_ID_NOT_FOUND).
+protocol arrives (its offsets stay). A live group migrates online, as Kafka 4 does
+(KIP-848), as far as `migration_policy` (Kafka's group.consumer.migration.policy)
+allows:
+
+    upgrade    a ConsumerGroupHeartbeat joins a classic group of Kafka consumers
+               (protocol type "consumer"): the group becomes a consumer group holding its
+               classic members, each keeping its assignment at the classic generation,
+               which becomes the group epoch (`ConsumerGroup.from_classic`); waiting
+               JoinGroup and SyncGroup requests are answered REBALANCE_IN_PROGRESS. The
+               joining member bumps the epoch, so the classic members are told to rejoin
+               and give up what moves, incrementally, as consumer-protocol members do.
+               Refused with GROUP_ID_NOT_FOUND (Kafka's answer) when the policy forbids
+               it, the group is not of Kafka consumers, is larger than a consumer group
+               may be, or a subscription does not parse.
+    classic    JoinGroup, SyncGroup, Heartbeat and LeaveGroup of a non-empty consumer
+               group are served by it (its classic members; see consumer.py), whatever
+               the policy, as Kafka does; a classic join whose protocols the group's
+               classic members do not share gets INCONSISTENT_GROUP_PROTOCOL.
+    downgrade  the last consumer-protocol member leaves (epoch -1, or its session
+               expires) and classic members remain: the group becomes a classic group of
+               those members, at the group epoch as generation, with their current
+               assignments, and starts a rebalance (`ClassicGroup.start_rebalance`), so
+               they rejoin and a leader assigns again. Their commits stay valid until
+               then: their generation is their epoch (a member still behind the group
+               epoch gets ILLEGAL_GENERATION, and rejoins too). Without the policy's consent (or
+               with more members than a classic group may have, or no protocol they all
+               share) the group stays a consumer group of classic members.
+
+A share group never turns into another kind, nor another kind into a share group: its
+id is taken until it is deleted (Kafka refuses with INCONSISTENT_GROUP_PROTOCOL or
+GROUP_ID_NOT_FOUND).
 Share groups commit no offsets and are not written to this log: their membership is lost
 on a restart (members rejoin) and the groups themselves are recreated, empty, by the
 share service from its own log (`ensure_share_group`).
@@ -34,9 +62,12 @@ nothing, and the client gets a retriable error. Replaying the log from its start
 rebuilds the state (`replay`, then `finish_loading`); requests that arrive before that
 get COORDINATOR_LOAD_IN_PROGRESS. What is stored: offsets of every group, and the
 generation, members and assignments of classic groups (so members of a stable group
-keep heartbeating across a restart). KIP-848 groups keep only their offsets: after a
-restart their members are told UNKNOWN_MEMBER_ID and rejoin, which the protocol
-handles without losing a committed offset.
+keep heartbeating across a restart). KIP-848 groups keep their offsets and their group
+epoch (a record written at each epoch bump and at each conversion, which says the group
+is a consumer group): after a restart their members are told UNKNOWN_MEMBER_ID and
+rejoin, which the protocol handles without losing a committed offset, and the epoch goes
+on from where it was. A conversion writes the tombstone of the old kind's record with
+the new kind's record, so replay ends with the kind the group had last.
 
 Compaction. The log keeps one live record per key, so its live size is bounded by the
 state; `snapshot` yields that state as records. The broker appends a snapshot when the
@@ -55,21 +86,44 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Container,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from ..errors import ErrorCode
 from ..types import TopicPartition
 from . import consumer as kip848
 from . import share as kip932
-from .classic import ClassicGroup, ClassicSettings, JoinRequest, LeaveOutcome, Replies, State
+from .classic import (
+    ClassicGroup,
+    ClassicSettings,
+    JoinReply,
+    JoinRequest,
+    LeaveOutcome,
+    Replies,
+    State,
+    SyncReply,
+)
 from .errors import GroupError
 from .protocol import encode_assignment
 from .records import (
+    ConsumerGroupKey,
+    ConsumerGroupValue,
     GroupKey,
+    GroupValue,
+    MemberRecord,
     OffsetKey,
     OffsetValue,
     RecordFormatError,
+    decode_consumer_group_value,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -92,12 +146,37 @@ OFFSET_METADATA_MAX_BYTES = 4096
 """Kafka's offset.metadata.max.bytes: longer metadata gets OFFSET_METADATA_TOO_LARGE."""
 
 
+class MigrationPolicy(Enum):
+    """Kafka's group.consumer.migration.policy: which online conversions are allowed
+    between a classic group and a consumer group (module docstring)."""
+
+    BIDIRECTIONAL = "bidirectional"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    DISABLED = "disabled"
+
+    @classmethod
+    def parse(cls, text: str) -> MigrationPolicy:
+        """A policy by Kafka's name, in any case (as Kafka reads it)."""
+        return cls(text.strip().lower())
+
+    @property
+    def upgrades(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
+
+    @property
+    def downgrades(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
+
+
 @dataclass(frozen=True, slots=True)
 class CoordinatorSettings:
     classic: ClassicSettings = field(default_factory=ClassicSettings)
     consumer: kip848.ConsumerGroupSettings = field(default_factory=kip848.ConsumerGroupSettings)
     share: kip932.ShareGroupSettings = field(default_factory=kip932.ShareGroupSettings)
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
+    """Kafka's group.consumer.migration.policy (its default in Kafka 4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,32 +267,71 @@ class GroupCoordinator:
         group = kip848.ConsumerGroup(
             group_id,
             settings=self.settings.consumer,
+            persist=self._persist_consumer,
         )
         self.groups[group_id] = group
         return group
 
+    def _persist_consumer(self, group: kip848.ConsumerGroup) -> None:
+        """Record a consumer group's epoch (after each bump). As for classic groups, a
+        failed write is logged and the group goes on: members rejoin after a restart."""
+        try:
+            self._write([_consumer_record(group)])
+        except Exception:  # the state machine moved on; the epoch restarts lower
+            log.exception("group %r: epoch not written to the offsets log", group.group_id)
+
     def _classic(self, group_id: str, *, create: bool) -> ClassicGroup | None:
+        """The classic group of that id (created if asked); an empty consumer group is
+        replaced by a new classic group when `create`. A consumer group with members
+        serves classic requests itself (`_live_consumer`), so it never comes here."""
         group = self.groups.get(group_id)
         if isinstance(group, kip932.ShareGroup):
             raise GroupError(
                 ErrorCode.inconsistent_group_protocol, f"group {group_id!r} is a share group"
             )
         if isinstance(group, kip848.ConsumerGroup):
-            if not group.is_empty:
-                raise GroupError(
-                    ErrorCode.inconsistent_group_protocol,
-                    f"group {group_id!r} is a consumer group (KIP-848) with members",
-                )
-            return self._new_classic(group_id) if create else None
+            assert group.is_empty, "a consumer group with members serves classic members"
+            if not create:
+                return None
+            self._write_or_refuse([(encode_key(ConsumerGroupKey(group_id)), None)])
+            classic = self._new_classic(group_id)
+            # Generations go on from the epoch, so that they never go back in a group.
+            classic.generation = group.group_epoch
+            return classic
         if group is None and create:
             return self._new_classic(group_id)
         return group
 
+    def _write_or_refuse(self, records: list[RecordPair]) -> None:
+        """Append a conversion's records before the conversion; if the log refuses them,
+        nothing changes and the client gets a retriable error."""
+        try:
+            self._write(records)
+        except Exception as exc:
+            log.error("group records not written to the offsets log: %s", exc)
+            raise GroupError(
+                ErrorCode.coordinator_not_available, "the offsets log refused the append"
+            ) from exc
+
+    def _live_consumer(self, group_id: str) -> kip848.ConsumerGroup | None:
+        """The group if it is a consumer group with members, which serves classic
+        requests itself (its classic members)."""
+        group = self.groups.get(group_id)
+        if isinstance(group, kip848.ConsumerGroup) and not group.is_empty:
+            self._configure_consumer(group)
+            return group
+        return None
+
     # --- classic protocol ----------------------------------------------------------------
 
     def join_group(self, group_id: str, request: JoinRequest, now_ms: int, ticket: int) -> Replies:
-        """The JoinGroup holding `ticket`; see `ClassicGroup.join`."""
+        """The JoinGroup holding `ticket`; see `ClassicGroup.join` (and
+        `ConsumerGroup.classic_join` for a consumer group with members)."""
         self._check_ready(group_id)
+        consumer = self._live_consumer(group_id)
+        if consumer is not None:
+            result = consumer.classic_join(request, topics=self._topics(), now_ms=now_ms)
+            return [JoinReply(ticket, result)]
         group = self._classic(group_id, create=True)
         assert group is not None
         return group.join(request, now_ms, ticket)
@@ -232,6 +350,12 @@ class GroupCoordinator:
     ) -> Replies:
         """The SyncGroup holding `ticket`; see `ClassicGroup.sync`."""
         self._check_ready(group_id)
+        consumer = self._live_consumer(group_id)
+        if consumer is not None:
+            result = consumer.classic_sync(
+                member_id, instance_id, generation, protocol_type, protocol, now_ms
+            )
+            return [SyncReply(ticket, result)]
         group = self._classic(group_id, create=False)
         if group is None:
             raise GroupError(ErrorCode.unknown_member_id, f"no group {group_id!r}")
@@ -250,6 +374,9 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, instance_id: str | None, generation: int, now_ms: int
     ) -> ErrorCode:
         self._check_ready(group_id)
+        consumer = self._live_consumer(group_id)
+        if consumer is not None:
+            return consumer.classic_heartbeat(member_id, instance_id, generation, now_ms)
         group = self._classic(group_id, create=False)
         if group is None:
             raise GroupError(ErrorCode.unknown_member_id, f"no group {group_id!r}")
@@ -261,6 +388,11 @@ class GroupCoordinator:
         """Each member's answer and the replies the departures produced; raises
         GroupError when the whole request is refused."""
         self._check_ready(group_id)
+        consumer = self._live_consumer(group_id)
+        if consumer is not None:
+            codes = tuple(consumer.classic_leave(m, i) for m, i in members)
+            self._note_empty(group_id, consumer, now_ms)
+            return LeaveOutcome(codes, ())
         group = self._classic(group_id, create=False)
         if group is None:
             raise GroupError(ErrorCode.unknown_member_id, f"no group {group_id!r}")
@@ -280,18 +412,23 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if isinstance(group, kip932.ShareGroup):
             raise GroupError(ErrorCode.group_id_not_found, f"group {group_id!r} is a share group")
-        if isinstance(group, ClassicGroup):
-            if not group.is_empty:
-                raise GroupError(
-                    ErrorCode.group_id_not_found,
-                    f"group {group_id!r} is a classic group with members",
-                )
-            group = None
-        if group is None:
-            if request.member_epoch != 0:
+        # Members still to come back with a member id given by MEMBER_ID_REQUIRED do not
+        # make a group live (Kafka's group is Empty then): they join the consumer group.
+        if isinstance(group, ClassicGroup) and group.members:
+            return self._upgrade(group, request, client_id, client_host, now_ms)
+        if isinstance(group, ClassicGroup) or group is None:
+            if request.member_epoch != kip848.JOIN_EPOCH:
                 raise GroupError(ErrorCode.unknown_member_id, f"no group {group_id!r}")
+            generation = 0 if group is None else group.generation
+            if group is not None:  # an empty classic group is simply converted
+                self._write_or_refuse([(encode_key(GroupKey(group_id)), None)])
             group = self._new_consumer(group_id)
+            group.restore_epoch(generation)  # epochs go on from the generation
         self._configure_consumer(group)
+        if self._leaves_for_good(group, request) and self._downgrade(
+            group, {request.member_id}, now_ms
+        ):
+            return kip848.HeartbeatResponse(request.member_id, kip848.LEAVE_EPOCH, 0, None)
         response = group.heartbeat(
             request,
             topics=self._topics(),
@@ -301,6 +438,100 @@ class GroupCoordinator:
         )
         self._note_empty(group_id, group, now_ms)
         return response
+
+    def _upgrade(
+        self,
+        classic: ClassicGroup,
+        request: kip848.HeartbeatRequest,
+        client_id: str,
+        client_host: str,
+        now_ms: int,
+    ) -> kip848.HeartbeatResponse:
+        """A consumer-protocol member joins a live classic group: the online upgrade
+        (module docstring). The heartbeat is tried on the converted group before
+        anything else changes, so a refused request leaves the classic group as it was."""
+        group_id = classic.group_id
+        if request.member_epoch != kip848.JOIN_EPOCH:
+            raise GroupError(ErrorCode.unknown_member_id, f"no consumer group {group_id!r}")
+        if not self.settings.migration_policy.upgrades:
+            raise _not_upgraded(group_id, "online upgrade is disabled")
+        if classic.protocol_type != kip848.CONSUMER_PROTOCOL_TYPE:
+            raise _not_upgraded(group_id, "the group does not use the consumer embedded protocol")
+        max_size = self.settings.consumer.max_size
+        if max_size is not None and len(classic.members) > max_size:
+            raise _not_upgraded(group_id, "the group size exceeds the consumer group maximum")
+        try:
+            group = kip848.ConsumerGroup.from_classic(
+                classic, settings=self.settings.consumer, topics=self._topics(), now_ms=now_ms
+            )
+        except RecordFormatError:
+            raise _not_upgraded(group_id, "the embedded consumer protocol is malformed") from None
+        self._configure_consumer(group)
+        response = group.heartbeat(
+            request,
+            topics=self._topics(),
+            now_ms=now_ms,
+            client_id=client_id,
+            client_host=client_host,
+        )
+        self._write_or_refuse([(encode_key(GroupKey(group_id)), None), _consumer_record(group)])
+        released = classic.abort_waiting(ErrorCode.rebalance_in_progress)
+        group.on_epoch_bump(self._persist_consumer)
+        self.groups[group_id] = group
+        self._empty_since.pop(group_id, None)
+        log.info(
+            "group %r: converted from classic to consumer group at epoch %d (%d classic members)",
+            group_id,
+            group.group_epoch,
+            len(classic.members),
+        )
+        return replace(response, released=tuple(released))
+
+    def _leaves_for_good(
+        self, group: kip848.ConsumerGroup, request: kip848.HeartbeatRequest
+    ) -> bool:
+        """Whether this is a leave heartbeat (epoch -1) from a consumer-protocol member
+        of the group (its own id, and its own instance id if it has one)."""
+        member = group.member(request.member_id)
+        return (
+            request.member_epoch == kip848.LEAVE_EPOCH
+            and member is not None
+            and member.classic is None
+            and (request.instance_id is None or request.instance_id == member.instance_id)
+        )
+
+    def _downgrade(
+        self, group: kip848.ConsumerGroup, leaving: Collection[str], now_ms: int
+    ) -> bool:
+        """The online downgrade if `leaving` are the last consumer-protocol members
+        (module docstring); whether it happened."""
+        if not self.settings.migration_policy.downgrades or not group.uses_classic_only(leaving):
+            return False
+        staying = [m for m in group.members if m.member_id not in leaving]
+        protocol = _common_protocol(staying)
+        if protocol is None or len(staying) > self.settings.classic.max_size:
+            return False
+        try:
+            self._write([(encode_key(ConsumerGroupKey(group.group_id)), None)])
+        except Exception:  # the group stays a consumer group; nothing changed
+            log.exception("group %r: not downgraded (offsets log)", group.group_id)
+            return False
+        names = kip848.topic_names(self._topics())
+        value = _classic_value(group.group_epoch, protocol, staying, names, now_ms)
+        classic = ClassicGroup(
+            group.group_id, self.settings.classic, self._new_member_id, self._persist
+        )
+        classic.restore(value, now_ms)
+        classic.start_rebalance(now_ms)
+        self.groups[group.group_id] = classic
+        self._empty_since.pop(group.group_id, None)
+        log.info(
+            "group %r: converted from consumer to classic group at generation %d (%d members)",
+            group.group_id,
+            group.group_epoch,
+            len(staying),
+        )
+        return True
 
     def _configure_consumer(self, group: kip848.ConsumerGroup) -> None:
         if self._consumer_timeouts is None:
@@ -637,6 +868,8 @@ class GroupCoordinator:
             for topic, partition in self.offsets.get(group_id, {})
         ]
         tombstones.append((encode_key(GroupKey(group_id)), None))
+        if isinstance(self.groups.get(group_id), kip848.ConsumerGroup):
+            tombstones.append((encode_key(ConsumerGroupKey(group_id)), None))
         self._write(tombstones)
         group = self.groups.pop(group_id)
         if isinstance(group, ClassicGroup):
@@ -677,6 +910,9 @@ class GroupCoordinator:
                 if expired:
                     self.share_listener.members_gone(group_id, expired, now_ms)
             else:
+                expiring = group.expiring(now_ms)
+                if expiring and self._downgrade(group, expiring, now_ms):
+                    continue
                 group.expire(now_ms)
                 self._note_empty(group_id, group, now_ms)
         return replies
@@ -745,6 +981,23 @@ class GroupCoordinator:
             if not isinstance(group, ClassicGroup):
                 group = self._new_classic(decoded.group_id)
             group.restore(decode_group_value(value), now_ms)
+        elif isinstance(decoded, ConsumerGroupKey):
+            self._replay_consumer(decoded.group_id, value)
+
+    def _replay_consumer(self, group_id: str, value: bytes | None) -> None:
+        """A consumer group's record: the group is a consumer group at that epoch, or
+        (a tombstone) no longer one; what remains of it then is its offsets, held by an
+        empty classic group as for any offsets-only group."""
+        current = self.groups.get(group_id)
+        if value is None:
+            if isinstance(current, kip848.ConsumerGroup):
+                self._new_classic(group_id)
+            return
+        epoch = decode_consumer_group_value(value).epoch
+        group = current if isinstance(current, kip848.ConsumerGroup) else None
+        if group is None:
+            group = self._new_consumer(group_id)
+        group.restore_epoch(epoch)
 
     def finish_loading(self) -> None:
         # Groups whose records were all tombstoned but whose offsets came first.
@@ -757,8 +1010,73 @@ class GroupCoordinator:
         for group_id, group in sorted(self.groups.items()):
             if isinstance(group, ClassicGroup) and (group.generation or group.members):
                 yield encode_key(GroupKey(group_id)), encode_value(group.record())
+            if isinstance(group, kip848.ConsumerGroup):
+                yield _consumer_record(group)
             for (topic, partition), value in sorted(self.offsets.get(group_id, {}).items()):
                 yield encode_key(OffsetKey(group_id, topic, partition)), encode_value(value)
+
+
+def _consumer_record(group: kip848.ConsumerGroup) -> RecordPair:
+    key = encode_key(ConsumerGroupKey(group.group_id))
+    return key, encode_value(ConsumerGroupValue(group.group_epoch))
+
+
+def _not_upgraded(group_id: str, why: str) -> GroupError:
+    """Kafka's refusal of an online upgrade: GROUP_ID_NOT_FOUND, which a consumer-protocol
+    client reports as fatal; the classic group goes on unchanged."""
+    log.info("group %r: not upgraded to a consumer group: %s", group_id, why)
+    return GroupError(
+        ErrorCode.group_id_not_found,
+        f"Cannot upgrade classic group {group_id} to consumer group because {why}.",
+    )
+
+
+def _common_protocol(members: Sequence[kip848.ConsumerGroupMember]) -> str | None:
+    """The classic protocol the members vote for (each its first choice among those all
+    support, as a classic group picks one); None when they share none."""
+    shared: frozenset[str] | None = None
+    for m in members:
+        assert m.classic is not None
+        shared = m.classic.names() if shared is None else shared & m.classic.names()
+    if not shared:
+        return None
+    votes: dict[str, int] = {}
+    for m in members:
+        assert m.classic is not None
+        choice = next(name for name, _ in m.classic.protocols if name in shared)
+        votes[choice] = votes.get(choice, 0) + 1
+    return max(votes, key=lambda name: votes[name])
+
+
+def _classic_value(
+    generation: int,
+    protocol: str,
+    members: Sequence[kip848.ConsumerGroupMember],
+    names: Mapping[uuid.UUID, str],
+    now_ms: int,
+) -> GroupValue:
+    """The classic group a consumer group of classic members becomes: generation the
+    group epoch, each member's current assignment in the consumer protocol's format."""
+    records = []
+    for m in members:
+        assert m.classic is not None
+        assigned = kip848.assigned_by_name(m.assigned, names)
+        records.append(
+            MemberRecord(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.classic.session_timeout_ms,
+                m.classic.metadata(protocol),
+                encode_assignment(assigned),
+            )
+        )
+    leader = members[0].member_id
+    return GroupValue(
+        kip848.CONSUMER_PROTOCOL_TYPE, generation, protocol, leader, now_ms, tuple(records)
+    )
 
 
 def _forgotten(group_id: str, group: Group, coordinator: GroupCoordinator) -> bool:

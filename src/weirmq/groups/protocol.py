@@ -1,10 +1,12 @@
 """The consumer embedded protocol: what Kafka consumers put in JoinGroup and SyncGroup.
 
 The classic coordinator treats a member's subscription (JoinGroup metadata) and
-assignment (SyncGroup) as opaque bytes. Three readers need to look inside when the
+assignment (SyncGroup) as opaque bytes. Some readers need to look inside when the
 protocol type is "consumer": lag and the admin views (which member owns a partition),
-OffsetDelete (is the group still subscribed to the topic), and DescribeGroups of a
-KIP-848 group, whose assignment is written out in this format for classic tools.
+OffsetDelete (is the group still subscribed to the topic), DescribeGroups of a KIP-848
+group, whose assignment is written out in this format for classic tools, and the
+migration between the two protocols (a classic member of a consumer group is assigned
+by the coordinator from its subscription, and told its assignment in this format).
 
     ConsumerProtocolSubscription v0-3: version int16, topics [string], user_data bytes,
         owned_partitions [topic string, partitions [int32]] (v1+), generation int32 (v2+),
@@ -13,14 +15,16 @@ KIP-848 group, whose assignment is written out in this format for classic tools.
         user_data nullable bytes
 
 Newer versions may append fields; readers stop at what they know, as Kafka's do.
-Anything unreadable yields an empty result: these bytes come from clients and are only
-ever read for display and checks, never trusted for correctness.
+For display and checks, anything unreadable yields an empty result. The migration needs
+to know: `parse_subscription` raises RecordFormatError, and the coordinator refuses the
+member (as Kafka refuses a subscription it cannot deserialise).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..types import TopicPartition
 from .records import BufferReader, RecordFormatError
@@ -37,6 +41,33 @@ def subscribed_topics(metadata: bytes) -> frozenset[str]:
         return frozenset(reader.string() for _ in range(reader.count()))
     except RecordFormatError:
         return frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What a ConsumerProtocolSubscription says, as far as the coordinator needs it."""
+
+    topics: tuple[str, ...]
+    """Sorted, without duplicates."""
+    owned: tuple[TopicPartition, ...]
+    """Partitions the member still owns as it joins (v1+; empty in v0, whose eager
+    members give everything up before they rejoin)."""
+
+
+def parse_subscription(metadata: bytes) -> Subscription:
+    """The subscription; raises RecordFormatError when it does not parse."""
+    reader = BufferReader(metadata)
+    version = reader.i16()
+    if version < 0:
+        raise RecordFormatError(f"negative subscription version {version}")
+    topics = tuple(sorted({reader.string() for _ in range(reader.count())}))
+    reader.bytes_()  # user data
+    owned: list[TopicPartition] = []
+    if version >= 1:
+        for _ in range(reader.count()):
+            topic = reader.string()
+            owned += [TopicPartition(topic, reader.i32()) for _ in range(reader.count())]
+    return Subscription(topics, tuple(sorted(owned)))
 
 
 def assigned_partitions(assignment: bytes) -> tuple[TopicPartition, ...]:

@@ -17,11 +17,18 @@ decodes Kafka's topic decodes ours:
                                         client_id, client_host, rebalance_timeout int32,
                                         session_timeout int32, subscription bytes,
                                         assignment bytes]
+    ConsumerGroupMetadataKey   (key version 3)   group string
+    ConsumerGroupMetadataValue (value version 0) epoch int32, then an empty tagged-field
+                                                 section (one zero byte: the value is a
+                                                 "flexible" version in Kafka's schema)
 
 Strings are int16-length-prefixed UTF-8 (-1 for null), bytes int32-length-prefixed.
 Reading also accepts the older versions Kafka wrote (offset key 0, offset values 1 and 2
 with an expire timestamp, group values 0-2), so that the format stays a superset of
-Kafka's. KIP-848 groups keep only their committed offsets here (see coordinator.py).
+Kafka's. KIP-848 groups keep their committed offsets and their group epoch here (a
+consumer group's record says the group is of that kind, which is what makes a migration
+between the two protocols durable; see coordinator.py); their members are not stored.
+Kafka's other KIP-848 and share-group keys (versions 4 and up) are skipped on replay.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
+CONSUMER_GROUP_KEY_VERSION = 3
+CONSUMER_GROUP_VALUE_VERSION = 0
 
 
 class RecordFormatError(ValueError):
@@ -53,6 +62,20 @@ class OffsetKey:
 @dataclass(frozen=True, slots=True)
 class GroupKey:
     group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupKey:
+    """A KIP-848 group's metadata record (Kafka's ConsumerGroupMetadataKey)."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupValue:
+    """Kafka's ConsumerGroupMetadataValue: the group epoch."""
+
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +110,8 @@ class GroupValue:
     members: tuple[MemberRecord, ...]
 
 
-Key = OffsetKey | GroupKey
-Value = OffsetValue | GroupValue
+Key = OffsetKey | GroupKey | ConsumerGroupKey
+Value = OffsetValue | GroupValue | ConsumerGroupValue
 
 
 # --- writing ---------------------------------------------------------------------------
@@ -115,6 +138,9 @@ def encode_key(key: Key) -> bytes:
         _string(key.group_id, out)
         _string(key.topic, out)
         out += _I32.pack(key.partition)
+    elif isinstance(key, ConsumerGroupKey):
+        out += _I16.pack(CONSUMER_GROUP_KEY_VERSION)
+        _string(key.group_id, out)
     else:
         out += _I16.pack(GROUP_KEY_VERSION)
         _string(key.group_id, out)
@@ -129,6 +155,11 @@ def encode_value(value: Value) -> bytes:
         out += _I32.pack(value.leader_epoch)
         _string(value.metadata, out)
         out += _I64.pack(value.commit_timestamp_ms)
+        return bytes(out)
+    if isinstance(value, ConsumerGroupValue):
+        out += _I16.pack(CONSUMER_GROUP_VALUE_VERSION)
+        out += _I32.pack(value.epoch)
+        out += b"\x00"  # no tagged fields
         return bytes(out)
     out += _I16.pack(GROUP_VALUE_VERSION)
     _string(value.protocol_type, out)
@@ -206,14 +237,16 @@ class BufferReader:
 
 
 def decode_key(data: bytes) -> Key | None:
-    """The key, or None for key versions this coordinator does not keep (Kafka's KIP-848
-    and share-group records, versions 3 and up): replay skips those."""
+    """The key, or None for key versions this coordinator does not keep (Kafka's other
+    KIP-848 and share-group records, versions 4 and up): replay skips those."""
     reader = BufferReader(data)
     version = reader.i16()
     if version in (0, 1):
         return OffsetKey(reader.string(), reader.string(), reader.i32())
     if version == GROUP_KEY_VERSION:
         return GroupKey(reader.string())
+    if version == CONSUMER_GROUP_KEY_VERSION:
+        return ConsumerGroupKey(reader.string())
     if version < 0:
         raise RecordFormatError(f"negative key version {version}")
     return None
@@ -237,6 +270,16 @@ def decode_offset_value(data: bytes) -> OffsetValue:
     if version == 3:
         return OffsetValue(reader.i64(), reader.i32(), reader.string(), reader.i64())
     raise RecordFormatError(f"unknown offset value version {version}")
+
+
+def decode_consumer_group_value(data: bytes) -> ConsumerGroupValue:
+    """A ConsumerGroupMetadataValue; fields after the epoch (tagged fields, the metadata
+    hash of newer versions) are not needed here and are not read."""
+    reader = BufferReader(data)
+    version = reader.i16()
+    if version < 0:
+        raise RecordFormatError(f"negative consumer group value version {version}")
+    return ConsumerGroupValue(reader.i32())
 
 
 def decode_group_value(data: bytes) -> GroupValue:

@@ -121,6 +121,9 @@ class ConsumerMemberDescription:
     left out."""
     target_assignment: tuple[AssignedTopic, ...]
     """What it is converging to, likewise."""
+    classic: bool = False
+    """A member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) in a
+    consumer group, after an online upgrade (ConsumerGroupDescribe's member type 0)."""
 
 
 @dataclass(frozen=True, slots=True)

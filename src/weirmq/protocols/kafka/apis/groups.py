@@ -10,7 +10,9 @@ The coordinator is sans-I/O, and its log and timer are broker services
   produced (this request's and other members' it released); all are delivered here, in
   one place (`_waiting`). This request's own answer, if among them, is returned at once;
   otherwise the dispatcher awaits the ticket's future. LeaveGroup delivers the replies
-  its departures produced (a rebalance completing for the members that stay);
+  its departures produced (a rebalance completing for the members that stay), and
+  ConsumerGroupHeartbeat those of an online upgrade (the classic members' waiting joins
+  and syncs, answered REBALANCE_IN_PROGRESS);
 - after every call that can move the coordinator's next deadline, the broker's
   `GroupTimer` is poked;
 - OffsetCommit answers only once its records are fsynced (group commit, like acks=all),
@@ -82,9 +84,11 @@ KEY_TYPE_SHARE = 2
 """A share-partition's coordinator (key "group:topicId:partition"): this broker too."""
 JOIN_REQUIRES_MEMBER_ID_VERSION = 4
 """JoinGroup v4+ (KIP-394): a new dynamic member first gets MEMBER_ID_REQUIRED."""
+MEMBER_TYPE_CLASSIC = 0
+"""ConsumerGroupDescribe v1's member_type of a classic member of a consumer group (one
+that stayed in it through an online upgrade, or joined it with JoinGroup)."""
 MEMBER_TYPE_CONSUMER = 1
-"""ConsumerGroupDescribe v1's member_type of a member that speaks KIP-848's protocol (0
-would be a classic member of a consumer group, which this broker does not mix in)."""
+"""ConsumerGroupDescribe v1's member_type of a member that speaks KIP-848's protocol."""
 
 
 def _ms(value: datetime.timedelta) -> int:
@@ -575,6 +579,8 @@ def handle_consumer_group_heartbeat(
         }
     finally:
         broker.group_timer.poke()
+    # An online upgrade answers the classic members' waiting joins and syncs.
+    broker.group_replies.deliver(answer.released)
     assignment = None
     if answer.assignment is not None:
         assignment = {
@@ -658,7 +664,7 @@ def _consumer_member(member: ConsumerMemberDescription) -> dict[str, Any]:
         "subscribed_topic_regex": member.subscribed_topic_regex,
         "assignment": assignment_entry(member.assignment),
         "target_assignment": assignment_entry(member.target_assignment),
-        "member_type": MEMBER_TYPE_CONSUMER,
+        "member_type": MEMBER_TYPE_CLASSIC if member.classic else MEMBER_TYPE_CONSUMER,
     }
 
 
