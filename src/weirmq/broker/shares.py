@@ -1202,7 +1202,11 @@ def _read_spans(
     records: reading (and checking the CRC of) all that to hand out 500 records made the
     read 90% of a share fetch's cost, growing with the backlog. So the first read is
     small (`READ_FIRST_BYTES`), and each next one is sized from the bytes per record seen
-    so far, for the records still wanted, in at most `READS_MAX` reads."""
+    so far, for the records still wanted, in at most `READS_MAX` reads.
+
+    Transaction markers (control batches) are left out: their offsets are gaps, which the
+    share partition archives without delivering (queues/partition.py), as Kafka's share
+    groups never hand out control records."""
     spans: list[_Span] = []
     start = max(offset, partition.log_start_offset)
     position, covered, read_bytes = start, 0, 0
@@ -1215,13 +1219,14 @@ def _read_spans(
             if cursor + header.size > len(view):
                 break
             first, last = header.base_offset, header.base_offset + header.last_offset_delta
-            spans.append(_Span(first, last, view[cursor : cursor + header.size]))
+            if not header.is_control:
+                spans.append(_Span(first, last, view[cursor : cursor + header.size]))
+                covered += last - max(first, start) + 1
             cursor += header.size
-            covered += last - max(first, start) + 1
+            position = last + 1
         if cursor == 0:
             break
         read_bytes += cursor
-        position = spans[-1].last + 1
         left = max_bytes - read_bytes
         if covered >= max_records or left <= 0 or position >= partition.high_watermark:
             break

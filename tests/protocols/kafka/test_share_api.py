@@ -34,7 +34,8 @@ from test_handlers import (
     request_frame,
 )
 
-from weirmq.records.batch import decode_full_records
+from weirmq.broker.partition import Durability
+from weirmq.records.batch import ATTR_TRANSACTIONAL, Record, decode_full_records, encode_batch
 from weirmq.settings import Settings
 from weirmq.testing import ManualClock, ManualTimers
 from weirmq.testing.records import make_batch, split_batches
@@ -552,6 +553,29 @@ def test_epoch_0_opens_a_session_and_acquires_records(client: Client, tid: uuid.
     follow_up = share_fetch(client, "member-a", 1)
     assert follow_up.error_code is ErrorCode.none
     assert only_acquired(follow_up) == [], "records held by the member are not sent twice"
+
+
+def test_transaction_markers_are_gaps_never_delivered(client: Client, tid: uuid.UUID) -> None:
+    """A committed transaction's marker (a control batch) is never acquired nor sent: its
+    offset is archived as a gap, as Kafka's share groups skip control records."""
+    configure(client, "g", {"share.auto.offset.reset": "earliest"})
+    partition = client.broker.partition("t", 0)
+    assert partition is not None
+    partition.txn_check = lambda producer_id, epoch, tp: ErrorCode.none
+    transactional = encode_batch(
+        [Record(b"a"), Record(b"b"), Record(b"c")],
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=0,
+        attributes=ATTR_TRANSACTIONAL,
+    )
+    partition.publish(transactional, Durability.WRITTEN)
+    assert partition.write_marker(7, 0, commit=True) == 3
+    produce(client, "t", 2)  # offsets 4 and 5
+    response = open_session(client, "member-a", tid)
+    assert acquired(response) == {(tid, 0): [(0, 2, 1), (4, 5, 1)]}
+    (answer,) = partitions(response).values()
+    assert not any(h.is_control for h in batch_headers(answer.records))
 
 
 def test_the_acquisition_lock_timeout_is_the_groups_lock_duration(
