@@ -233,7 +233,7 @@ def test_targets_come_from_the_runs_own_figures() -> None:
 
 def test_issue_17_targets_come_from_the_runs_own_figures() -> None:
     every = report.targets(sample_document())
-    assert {t["issue"] for t in every} == {6, 17, 18, 19, 22}
+    assert {t["issue"] for t in every} == {6, 17, 18, 19, 22, 24}
     by_name = {t["target"]: t for t in every if t["issue"] == 17}
     produce = by_name["produce: broker CPU per request beyond the per-byte cost, µs"]
     assert produce["measured"] == pytest.approx(1.54 / 15_700 * 1e6) and produce["met"] is False
@@ -355,6 +355,21 @@ def test_issue_19_share_target_is_share_over_classic_records_per_s() -> None:
     again = {t["target"]: t for t in report.targets(document) if t["issue"] == 19}
     assert again[ratio["target"]]["measured"] is None and again[ratio["target"]]["met"] is None
     assert all(t["measured"] is None for t in report.targets({}) if t["issue"] == 19)
+
+
+def test_issue_24_target_is_transactional_over_idempotent_produce() -> None:
+    assert (report.TXN_CASE, report.TRANSACTION_MESSAGES) == (
+        workloads.TXN_CASE,
+        workloads.TRANSACTION_MESSAGES,
+    )
+    document = {"workloads": {"transactions": {"cases": [
+        {"name": workloads.IDEMPOTENT_CASE, "messages_per_s": 50_000},
+        {"name": report.TXN_CASE, "messages_per_s": 45_000, "ratio_to_idempotent": 0.9},
+    ]}}}
+    (target,) = [t for t in report.targets(document) if t["issue"] == 24]
+    assert (target["measured"], target["goal"], target["met"]) == (0.9, ">= 0.8", True)
+    (missing,) = [t for t in report.targets({}) if t["issue"] == 24]
+    assert missing["measured"] is None and missing["met"] is None
 
 
 def test_share_records_fill_every_partition_alike() -> None:

@@ -10,7 +10,8 @@ request: small batches, per-request overhead, many partitions, latency, start an
 issue 18's (routing through an exchange against plain produce) and issue 19's (delayed
 delivery: lateness from the due time to a consumer, none early; share-group consume with
 per-record acknowledgement against a classic group's) and issue 22's (SQS throughput flat
-from the shallowest queue to the deepest, and at least half of the same broker's AMQP).
+from the shallowest queue to the deepest, and at least half of the same broker's AMQP)
+and issue 24's (transactional produce at least 0.8 of idempotent produce).
 Each is computed from the figures of one run, so a ratio always compares two measurements
 taken minutes apart on the same machine, never against a figure from another day. A target
 whose figures the run did not measure (a workload left out, a quick run) is "not
@@ -83,10 +84,13 @@ CLASSIC_CASE = "classic group x2"
 # The `sqs` workload's fields: sqs.WEIRMQ, SQS, SEND, RECEIVE, BOTO3 and LIGHT (a test checks).
 SQS_SERVER, SQS_API, SQS_SEND, SQS_RECEIVE = "WeirMQ", "SQS", "send", "receive"
 SQS_BOTO3, SQS_LIGHT = "boto3", "light"
+# The `transactions` workload's: workloads.TXN_CASE and TRANSACTION_MESSAGES (a test checks).
+TRANSACTION_MESSAGES = 1_000
+TXN_CASE = f"1 KB transactions of {TRANSACTION_MESSAGES:,}"
 
 
 def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every target of issues 6, 17, 18, 19 and 22: what it asks, the figure measured,
+    """Every target of issues 6, 17, 18, 19, 22 and 24: what it asks, the figure measured,
     whether it held.
 
     ``met`` is None when the figures it needs were not measured in this run. A case that
@@ -107,6 +111,8 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
             for what, measured, goal, check in _issue_19(document)]
     out += [_target(22, what, measured, goal, check)
             for what, measured, goal, check in _issue_22(document)]
+    out += [_target(24, what, measured, goal, check)
+            for what, measured, goal, check in _issue_24(document)]
     return out
 
 
@@ -273,6 +279,14 @@ def _issue_22(document: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _issue_24(document: dict[str, Any]) -> list[Row]:
+    """Issue 24's target: transactional produce (1 KB, 1,000 per transaction) against
+    idempotent produce, the medians of alternating rounds in the same run."""
+    txn = find(document, "transactions", TXN_CASE)
+    return [(f"transactional ÷ idempotent produce msg/s, 1 KB, {TRANSACTION_MESSAGES:,} per "
+             "transaction", _get(txn, "ratio_to_idempotent"), ">= 0.8", _at_least(0.8))]
+
+
 def _sqs_deepest(document: dict[str, Any], phase: str, client: str) -> Case | None:
     """WeirMQ's SQS case of `phase` with `client` at the deepest queue measured (a case
     from before the light client has no client: boto3's)."""
@@ -378,6 +392,11 @@ COLUMNS: dict[str, Sequence[tuple[str, str, int]]] = {
             ("msg/CPU-s", "messages_per_broker_cpu_s", 0),
             ("peak RSS MB", "broker_peak_rss_mb", 0),
             ("client CPU µs/msg", "client_cpu_us_per_message", 0), ("limit", "limit", 0)],
+    "transactions": [("msg/s", "messages_per_s", 0), ("runs msg/s", "messages_per_s_runs", 0),
+                     ("÷ idempotent", "ratio_to_idempotent", 2), ("MB/s", "mb_per_s", 1),
+                     ("broker CPU %", "broker_cpu_percent", 0),
+                     ("broker CPU s/GB", "broker_cpu_s_per_gb", 2),
+                     ("client CPU %", "client_cpu_percent", 0), ("limit", "limit", 0)],
     "rebalance": [("runs", "runs", 0), ("join s med", "rebalance_s_median", 2),
                   ("max", "rebalance_s_max", 2),
                   ("new assigned s", "new_member_assigned_s_median", 2),

@@ -87,6 +87,9 @@ class ProduceSpec:
     count_partitions: bool = False  # report how many partitions received messages
     keys: tuple[bytes, ...] = ()  # set: message i has key keys[i % len(keys)]
     flush_timeout_s: float = 60.0
+    # set: a transactional producer committing a transaction every this many messages
+    # (until `duration_s`, a whole transaction at a time); its own transactional.id
+    transaction_messages: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,13 +141,21 @@ def _produce(name: str, spec: ProduceSpec, reports: Any, go: Any) -> None:
             if not first_error:
                 first_error.append(str(err))
 
-    producer = Producer({"bootstrap.servers": spec.bootstrap, **spec.config})
+    config = dict(spec.config)
+    if spec.transaction_messages is not None:
+        config["transactional.id"] = f"weirmq-bench-{name}-{os.getpid()}-{time.time_ns()}"
+    producer = Producer({"bootstrap.servers": spec.bootstrap, **config})
     producer.list_topics(spec.topic, timeout=30)  # connected, and the metadata is cached
+    if spec.transaction_messages is not None:
+        producer.init_transactions(30)
     reports.put(("ready", name))
     if not go.wait(READY_TIMEOUT_S * 2):
         raise TimeoutError("never told to go")
     cpu_start, start = _cpu_s(), time.perf_counter()
-    sent = _send(producer, spec, on_delivery, start)
+    if spec.transaction_messages is None:
+        sent = _send(producer, spec, on_delivery, start)
+    else:
+        sent = _send_in_transactions(producer, spec, spec.transaction_messages, on_delivery, start)
     remaining = producer.flush(spec.flush_timeout_s)
     elapsed, cpu = time.perf_counter() - start, _cpu_s() - cpu_start
     reports.put(("result", name, {
@@ -152,6 +163,28 @@ def _produce(name: str, spec: ProduceSpec, reports: Any, go: Any) -> None:
         "first_error": first_error[0] if first_error else None,
         "seconds": elapsed, "client_cpu_s": cpu, "partitions_touched": len(touched),
     }))
+
+
+def _send_in_transactions(producer: Any, spec: ProduceSpec, per_transaction: int,
+                          on_delivery: Callable[..., None], start: float) -> int:
+    """Produce in transactions of `per_transaction` messages, each committed (which
+    flushes it) before the next begins, until `spec.duration_s` has passed."""
+    produce, poll, topic = producer.produce, producer.poll, spec.topic
+    value = os.urandom(spec.value_bytes)
+    deadline = start + spec.duration_s
+    sent = 0
+    while time.perf_counter() < deadline:
+        producer.begin_transaction()
+        for _ in range(per_transaction):
+            while True:
+                try:
+                    produce(topic, value, on_delivery=on_delivery)
+                    break
+                except BufferError:  # librdkafka's queue is full: serve reports, retry
+                    poll(0.001)
+        producer.commit_transaction(spec.flush_timeout_s)
+        sent += per_transaction
+    return sent
 
 
 def _send(producer: Any, spec: ProduceSpec, on_delivery: Callable[..., None],

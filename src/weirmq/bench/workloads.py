@@ -1115,6 +1115,63 @@ def sqs(run: Run) -> dict[str, Any]:
     return result
 
 
+TRANSACTION_MESSAGES = 1_000
+TXN_CASE = f"1 KB transactions of {TRANSACTION_MESSAGES:,}"  # report.py's names, too
+IDEMPOTENT_CASE = "1 KB idempotent"
+
+
+def transactions(run: Run) -> dict[str, Any]:
+    """Issue 24: transactional produce (1 KB, a commit every 1,000 messages) against
+    idempotent produce (acks=all, the producer's default with a transactional.id too), one
+    producer process each, alternating on one broker; each case's figure is the median of
+    its rounds."""
+    rounds = 1 if run.quick else 3
+    duration_s = 2.0 if run.quick else 6.0
+    runs: dict[str, list[dict[str, Any]]] = {IDEMPOTENT_CASE: [], TXN_CASE: []}
+    failures: dict[str, str] = {}
+    with run.broker() as target:
+        topic, _ = create_topic(target, 1, "transactions")
+        for round_number in range(rounds):
+            for name, per in ((IDEMPOTENT_CASE, None), (TXN_CASE, TRANSACTION_MESSAGES)):
+                run.log(f"  {name}, round {round_number + 1} of {rounds} ...")
+                try:
+                    figures = measure_produce(
+                        run, target, topic, KB, 1, duration_s,
+                        {"enable.idempotence": True, "acks": "all"},
+                        transaction_messages=per,
+                    )
+                except Exception as exc:
+                    failures[name] = f"{type(exc).__name__}: {exc}"
+                    continue
+                runs[name].append(figures)
+        delete_topic(target, topic)
+    cases: list[dict[str, Any]] = []
+    for name, measured in runs.items():
+        if name in failures:
+            cases.append({"name": name, "error": failures[name]})
+            continue
+        ordered = sorted(measured, key=lambda f: f["messages_per_s"])
+        median = ordered[len(ordered) // 2]
+        cases.append({"name": name, **median,
+                      "messages_per_s_runs": [round(f["messages_per_s"]) for f in measured]})
+    idempotent = next((c for c in cases if c["name"] == IDEMPOTENT_CASE and "error" not in c),
+                      None)
+    for case in cases:
+        if idempotent is not None and "error" not in case:
+            case["ratio_to_idempotent"] = case["messages_per_s"] / idempotent["messages_per_s"]
+    return {
+        "description": f"one confluent-kafka producer process, 1 KB random values, acks=all, "
+                       f"idempotent; '{TXN_CASE}': with a transactional.id, "
+                       f"begin_transaction, {TRANSACTION_MESSAGES:,} produce() calls, "
+                       f"commit_transaction, again until {duration_s:g} s; the two cases "
+                       f"alternate on one broker and topic, {rounds} round(s) each; "
+                       "figures of each case's median round",
+        "params": {"rounds": rounds, "duration_s": duration_s,
+                   "transaction_messages": TRANSACTION_MESSAGES, "value_bytes": KB},
+        "cases": cases,
+    }
+
+
 WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "startup": startup,
     "idle": idle,
@@ -1130,4 +1187,5 @@ WORKLOADS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "share": share,
     "amqp": amqp,
     "sqs": sqs,
+    "transactions": transactions,
 }
