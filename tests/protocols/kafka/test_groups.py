@@ -27,6 +27,8 @@ from weirmq.broker import group_service
 from weirmq.broker.group_service import OFFSETS_TOPIC
 from weirmq.groups.protocol import encode_assignment
 from weirmq.testing.records import make_batch
+from weirmq.transactions.state import PendingOffset, TxnMetadata, TxnState
+from weirmq.types import TopicPartition
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
@@ -117,6 +119,41 @@ def test_find_coordinator_for_transactions_names_this_broker(client: Client) -> 
     assert (response.error_code, response.node_id) == (ErrorCode.none, client.broker.node_id)
     response = client.call(FIND_COORDINATOR, {"key": "tx", "key_type": 3}, 3)
     assert response.error_code is ErrorCode.invalid_request
+
+
+@pytest.mark.parametrize("version", [7, 8, 9])
+def test_require_stable_waits_for_offsets_a_transaction_holds(client: Client, version: int) -> None:
+    """KIP-447: while a transaction holds offsets for a partition of the group, OffsetFetch
+    with require_stable answers it UNSTABLE_OFFSET_COMMIT (the client retries); without
+    it, the committed offset."""
+    client.call(OFFSET_COMMIT, commit_request("g", {0: 5, 1: 6}), 9)
+    client.broker.txns.coordinator.apply(
+        TxnMetadata(
+            "tx",
+            producer_id=3,
+            producer_epoch=0,
+            last_producer_id=-1,
+            last_producer_epoch=-1,
+            timeout_ms=60_000,
+            state=TxnState.ONGOING,
+            groups={"g": {TopicPartition("t", 1): PendingOffset(9, -1, "")}},
+            start_ms=0,
+        )
+    )
+    topics = [{"name": "t", "partition_indexes": [0, 1]}]
+    if version >= 8:
+        data: dict[str, Any] = {
+            "groups": [{"group_id": "g", "member_id": None, "member_epoch": -1, "topics": topics}],
+            "require_stable": True,
+        }
+        (entry,) = client.call(OFFSET_FETCH, data, version).groups
+        partitions = entry.topics[0].partitions
+    else:
+        data = {"group_id": "g", "topics": topics, "require_stable": True}
+        partitions = client.call(OFFSET_FETCH, data, version).topics[0].partitions
+    answers = {int(p.partition_index): (p.error_code, int(p.committed_offset)) for p in partitions}
+    assert answers == {0: (ErrorCode.none, 5), 1: (ErrorCode.unstable_offset_commit, -1)}
+    assert fetch_offsets(client, "g", version) == {0: 5, 1: 6}  # not asking for stability
 
 
 @pytest.mark.parametrize("commit_version", range(2, 10))

@@ -353,6 +353,8 @@ class OffsetFetchRequest(Protocol):
     """v1-7: its topics (None: all of them; None from v8 too, where groups say)."""
     groups: Sequence[OffsetFetchGroup]
     """v8+: the groups asked for (empty before v8)."""
+    require_stable: bool
+    """v7+ (KIP-447): offsets a transaction has yet to commit answer UNSTABLE_OFFSET_COMMIT."""
 
 
 class OffsetDeletePartition(Protocol):
@@ -705,6 +707,7 @@ ABSENT: dict[int, dict[FieldPath, Any]] = {
         ("groups",): (),
         ("groups", "member_id"): None,
         ("groups", "member_epoch"): -1,
+        ("require_stable",): False,
     },
     # FindCoordinator: key types from v1; one key until v3, many from v4.
     10: {("key",): "", ("key_type",): 0, ("coordinator_keys",): ()},

@@ -47,6 +47,7 @@ from ....groups.classic import (
 )
 from ....groups.coordinator import CommitRequest
 from ....groups.errors import GroupError
+from ....groups.records import OffsetValue
 from ....groups.share import ShareGroupDescription
 from ....groups.views import (
     AssignedTopic,
@@ -54,6 +55,7 @@ from ....groups.views import (
     ConsumerGroupDescription,
     ConsumerMemberDescription,
 )
+from ....transactions.state import TxnState
 from ....types import RequestContext
 from ..requests import (
     ConsumerGroupDescribeRequest,
@@ -373,15 +375,16 @@ def _commit_response(request: OffsetCommitRequest, codes: list[ErrorCode]) -> di
 def handle_offset_fetch(
     broker: Broker, request: OffsetFetchRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
+    stable = bool(request.require_stable)
     if version < 8:
         wanted = request.topics
-        topics, code = _fetch_group(broker, request.group_id, wanted, None)
+        topics, code = _fetch_group(broker, request.group_id, wanted, None, stable)
         return {"topics": topics, "error_code": code}
     groups = []
     for group in request.groups:
         member_id = group.member_id
         member = (member_id, int(group.member_epoch)) if member_id else None
-        topics, code = _fetch_group(broker, group.group_id, group.topics, member)
+        topics, code = _fetch_group(broker, group.group_id, group.topics, member, stable)
         groups.append({"group_id": group.group_id, "topics": topics, "error_code": code})
     return {"groups": groups}
 
@@ -391,29 +394,52 @@ def _fetch_group(
     group_id: str,
     wanted: Sequence[OffsetFetchTopic] | None,
     member: tuple[str, int] | None,
+    require_stable: bool,
 ) -> tuple[list[dict[str, Any]], ErrorCode]:
     asked = None if wanted is None else [(t.name, list(t.partition_indexes)) for t in wanted]
     try:
         found = broker.groups.fetch_offsets(group_id, asked, member=member)
     except GroupError as exc:
         return [], exc.code
+    pending = _pending_offsets(broker, group_id) if require_stable else frozenset()
     topics = [
         {
             "name": topic,
             "partitions": [
-                {
-                    "partition_index": partition,
-                    "committed_offset": value.offset if value else -1,
-                    "committed_leader_epoch": value.leader_epoch if value else -1,
-                    "metadata": value.metadata if value else "",
-                    "error_code": ErrorCode.none,
-                }
+                _fetched(partition, None, ErrorCode.unstable_offset_commit)
+                if (topic, partition) in pending
+                else _fetched(partition, value, ErrorCode.none)
                 for partition, value in partitions
             ],
         }
         for topic, partitions in found
     ]
     return topics, ErrorCode.none
+
+
+def _fetched(partition: int, value: OffsetValue | None, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "committed_offset": value.offset if value else -1,
+        "committed_leader_epoch": value.leader_epoch if value else -1,
+        "metadata": value.metadata if value else "",
+        "error_code": code,
+    }
+
+
+TXN_UNSETTLED = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
+
+
+def _pending_offsets(broker: Broker, group_id: str) -> frozenset[tuple[str, int]]:
+    """The group's partitions an open or ending transaction has offsets for (KIP-447): a
+    consumer asking with require_stable waits for the transaction's outcome (it retries
+    UNSTABLE_OFFSET_COMMIT) rather than starting from an offset about to move."""
+    return frozenset(
+        (tp.topic, tp.partition)
+        for meta in broker.txns.transactions()
+        if meta.state in TXN_UNSETTLED
+        for tp in meta.groups.get(group_id, ())
+    )
 
 
 def handle_offset_delete(
