@@ -247,3 +247,27 @@ def test_compression_type_rewrites_batches_in_its_codec(broker: Broker) -> None:
     assert (published.base_offset, published.last_offset) == (0, 4)
     stored = found.read(0, 1 << 20).records
     assert parse_header(memoryview(stored)).attributes & 0x07 == 4  # zstd
+
+
+def test_a_damaged_abort_index_is_rebuilt_from_the_whole_log(tmp_path: Path) -> None:
+    """A `.txnindex` found damaged at open is dropped; the producer state is then replayed
+    from the log's start, ignoring the clean stop's snapshot, so the abort comes back."""
+    data = tmp_path / "data"
+    broker = Broker(Settings(data_dir=str(data)))
+    broker.create_topic("t", 1)
+    partition = broker.partition("t", 0)
+    assert partition is not None
+    partition.txn_check = Check()
+    partition.publish(txn_batch(7, 0), Durability.WRITTEN)  # 0-1
+    partition.write_marker(7, 0, commit=False)  # 2
+    partition.publish(plain(), Durability.WRITTEN)  # 3
+    broker.close()  # a clean stop: the snapshot covers the whole log
+    (index,) = (data / "t-0").glob("*.txnindex")
+    index.write_bytes(b"\x00\x07garbage")
+    reopened = Broker(Settings(data_dir=str(data)))
+    try:
+        again = reopened.partition("t", 0)
+        assert again is not None and again.log.txn_index_dropped
+        assert again.read_committed(0, 1 << 20)[1] == [AbortedTxn(7, 0, 2, 3)]
+    finally:
+        reopened.close()

@@ -653,7 +653,11 @@ class Partition:
         without a usable snapshot; only batch headers are read)."""
         partition_log = self.log
         source = "the data directory's producer state"
-        if snapshot is None:
+        if partition_log.txn_index_dropped:
+            # Its aborted transactions are rebuilt by `_replay_marker`, which needs every
+            # open transaction's first offset: replay the whole log.
+            snapshot, source = None, "no snapshot (an aborted-transaction index was lost)"
+        elif snapshot is None:
             snapshot, source = _read_partition_snapshot(partition_log.directory)
         state, start = PartitionProducers(), partition_log.log_start_offset
         if snapshot is not None:

@@ -153,6 +153,9 @@ class FileLog:
         self._clock = clock
         self._lock = threading.Lock()
         self._segments: list[Segment] = []
+        self.txn_index_dropped = False
+        """A damaged `.txnindex` was dropped at open: its entries must be rebuilt from the
+        whole log (the broker's replay of producer state does, ignoring its snapshot)."""
         self._bases: list[int] = []
         self._clean_prefix = 0  # see _set_segments
         self._offline: str | None = None
@@ -875,6 +878,7 @@ class FileLog:
             end = segments[i + 1].base_offset if i + 1 < len(segments) else segment.next_offset
             problem = segment.load_txn_index(end)
             if problem is not None:
+                self.txn_index_dropped = True
                 log.warning(
                     "partition log %s: dropped the damaged %s (%s); the broker rebuilds "
                     "its aborted transactions from the log",
