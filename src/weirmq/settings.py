@@ -616,6 +616,26 @@ SETTING_SPECS: tuple[SettingSpec, ...] = (
         "segment files kept open at most; the least recently used are closed",
         minimum=8, maximum=INT32_MAX,
     ),
+    # The log cleaner (compaction, storage/cleaner.py), kept together.
+    SettingSpec(
+        "log_cleaner_enable", BOOLEAN, "log.cleaner.enable",
+        "run the log cleaner; off, compacted topics are never compacted",
+    ),
+    SettingSpec(
+        "log_cleaner_io_max_bytes_per_second", INTEGER, "log.cleaner.io.max.bytes.per.second",
+        "bytes the log cleaner reads and writes per second, together",
+        minimum=1024, maximum=INT64_MAX,
+    ),
+    SettingSpec(
+        "log_cleaner_dedupe_buffer_size", INTEGER, "log.cleaner.dedupe.buffer.size",
+        "bytes of the log cleaner's key map, 16 per key: keys one cleaning can dedupe",
+        minimum=1024, maximum=INT32_MAX,
+    ),
+    SettingSpec(
+        "log_cleaner_backoff_ms", INTEGER, "log.cleaner.backoff.ms",
+        "how long the log cleaner sleeps when no log needs cleaning",
+        minimum=1, maximum=INT64_MAX,
+    ),
     SettingSpec(
         "producer_id_expiration_ms", INTEGER, "producer.id.expiration.ms",
         "a producer id idle for this long is forgotten",
@@ -968,6 +988,17 @@ class Settings:
     """log.retention.check.interval.ms."""
     handles_max: int = 256
     """Segment files open at most."""
+    # The log cleaner (compaction, storage/cleaner.py), kept together.
+    log_cleaner_enable: bool = True
+    """log.cleaner.enable."""
+    log_cleaner_io_max_bytes_per_second: int = 64 * 1024 * 1024
+    """log.cleaner.io.max.bytes.per.second; Kafka's default is unbounded, but a cleaner at
+    full speed competes with fsyncs and fetches for the one disk."""
+    log_cleaner_dedupe_buffer_size: int = 8_000_000
+    """log.cleaner.dedupe.buffer.size: 500,000 keys of 16 bytes (CPython's dict costs ~100
+    bytes per key, so ~50 MB); Kafka's 128 MiB would be ~840 MB here."""
+    log_cleaner_backoff_ms: int = 15_000
+    """log.cleaner.backoff.ms."""
     producer_id_expiration_ms: int = 86400000
     """producer.id.expiration.ms."""
     transaction_max_timeout_ms: int = 900000

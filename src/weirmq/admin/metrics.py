@@ -16,7 +16,8 @@ carries prometheus_client's process collector (memory, CPU, file descriptors).
 The collector runs on the event loop thread, which writes every counter it reads, so a
 scrape sees a consistent picture, except the flush histogram, written by the storage
 flusher thread: a scrape may see its count one observation ahead of its sum, which is
-harmless and never accumulates (see `weirmq.storage.stats`).
+harmless and never accumulates (see `weirmq.storage.stats`). The log cleaner's numbers
+(`weirmq.storage.cleaner.CleanerStats`) are written by its own thread in the same way.
 
 Naming follows Prometheus' conventions: a ``weirmq_`` prefix, ``_total`` on counters,
 base units (``_seconds``, ``_bytes``) in the name. docs/admin-api.md lists every family;
@@ -104,6 +105,7 @@ class BrokerCollector(Collector):
         yield from self._connections()
         yield from self._partitions()
         yield self._flushes()
+        yield from self._cleaner()
         yield from self._groups()
         yield from self._exchanges()
         yield from self._delays()
@@ -250,6 +252,51 @@ class BrokerCollector(Collector):
         )
         family.add_metric([], _buckets(histogram.cumulative()), histogram.sum)
         return family
+
+    def _cleaner(self) -> Iterator[Metric]:
+        # Written by the cleaner's thread (weirmq.storage.cleaner, *Metrics*): plain numbers,
+        # so a scrape may see one cleaning's counters half added, never a torn value.
+        stats = self.broker.logs.cleaner.stats
+        for name, value, documentation in (
+            ("cleanings", stats.cleanings, "Logs cleaned (compacted) by the log cleaner."),
+            ("read_bytes", stats.bytes_read, "Bytes the log cleaner read."),
+            ("written_bytes", stats.bytes_written, "Bytes the log cleaner wrote."),
+            (
+                "segments_swapped",
+                stats.segments_swapped,
+                "Rewritten segment files the log cleaner swapped in.",
+            ),
+        ):
+            yield CounterMetricFamily(f"{PREFIX}_log_cleaner_{name}", documentation, value=value)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_log_cleaner_last_cleaning_duration_seconds",
+            "Seconds the last cleaning of a log took (0 before the first).",
+            value=stats.last_cleaning_ms / 1000,
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_log_cleaner_max_dirty_ratio",
+            "At the log cleaner's last pass, the highest share of a compacted log not yet "
+            "compacted (Kafka's max-dirty-percent, 0 to 1).",
+            value=stats.max_dirty_ratio,
+        )
+        now_ms = self.broker.clock()
+        for name, end_ms, documentation in (
+            (
+                "since_last_cleaning",
+                stats.last_cleaning_end_ms,
+                "Seconds since the log cleaner last cleaned a log (absent before the first).",
+            ),
+            (
+                "since_last_run",
+                stats.last_pass_end_ms,
+                "Seconds since the log cleaner's last pass over the logs (Kafka's "
+                "time-since-last-run; absent before the first).",
+            ),
+        ):
+            family = GaugeMetricFamily(f"{PREFIX}_log_cleaner_seconds_{name}", documentation)
+            if end_ms is not None:
+                family.add_metric([], max(0, now_ms - end_ms) / 1000)
+            yield family
 
     def _groups(self) -> Iterator[Metric]:
         broker = self.broker

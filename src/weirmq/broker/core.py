@@ -184,7 +184,12 @@ class Broker:
             data_dir,
             clock=self.clock,
             settings=StorageSettings(
-                flush_interval_ms=settings.flush_interval_ms, handles_max=settings.handles_max
+                flush_interval_ms=settings.flush_interval_ms,
+                handles_max=settings.handles_max,
+                cleaner_enable=settings.log_cleaner_enable,
+                cleaner_io_bytes_per_s=settings.log_cleaner_io_max_bytes_per_second,
+                cleaner_dedupe_buffer_bytes=settings.log_cleaner_dedupe_buffer_size,
+                cleaner_backoff_ms=settings.log_cleaner_backoff_ms,
             ),
             config_for=self.log_config,
             compaction_for=self.compaction_config,

@@ -13,7 +13,8 @@ A log is split at two offsets::
 - *First dirty* is the log's cleaner checkpoint (`cleaner-offset-checkpoint` in the data
   directory, Kafka's format, written atomically): everything below it has been cleaned.
 - A log is cleaned when dirty bytes / cleanable bytes reaches `min.cleanable.dirty.ratio`,
-  or when its oldest dirty segment is older than `max.compaction.lag.ms`.
+  or when its oldest dirty segment is older than `max.compaction.lag.ms`, or when its
+  cleaned part holds tombstones past `delete.retention.ms` (KIP-534, see *Tombstones*).
 
 One cleaning
 ------------
@@ -28,8 +29,8 @@ One cleaning
    offset is at or above the map end, or if it is the newest of its key. A tombstone (a
    null value) that is the newest of its key stays too, until `delete.retention.ms` has
    passed since a cleaning first saw it (its segment's mtime, set at each swap, is the
-   time of the last cleaning); then it goes, at the first cleaning after that (a log
-   with nothing dirty is not cleaned for its tombstones alone). Records without a key
+   time of the last cleaning); then it goes, at the first cleaning after that, which
+   their expiry alone can start (*Tombstones* below). Records without a key
    go (Kafka's cleaner drops them too). Control batches and transactional batches are
    kept as they are, and the latter do not enter the map: the cleaner does not consult
    the transaction index (txnindex.py) to tell aborted records from committed ones, and
@@ -38,7 +39,10 @@ One cleaning
    stay true after a rewrite (`FileLog.swap_cleaned` keeps or merges them).
 3. Offsets never change. A batch that keeps some records keeps its header (baseOffset,
    lastOffsetDelta, timestamps, producer id, epoch and base sequence); only recordsCount,
-   the length and the CRC are new, and it is written uncompressed. A batch that keeps
+   the length and the CRC are new, and it is compressed again in its own codec (as
+   Kafka's cleaner does: a gzip topic stays gzip, and a rewrite does not grow the log by
+   the compression ratio; the codec's default level, since the cleaner does not know
+   the producer's). A batch that keeps
    every record is copied byte for byte. A batch that keeps none is dropped, except the
    last batch of each producer id, kept empty so that the producer's state survives (as
    Kafka does). Dropped batches in a row become one empty *filler* batch (no producer,
@@ -47,6 +51,23 @@ One cleaning
    keep checking that offsets are contiguous, and a fetch at a removed offset returns the
    batch holding it, whose records the client skips (a filler costs 61 bytes however
    many batches it replaces). Clients handle empty batches: Kafka's cleaner writes them.
+
+Tombstones
+----------
+Without more, a log whose dirty ratio stays low (few updates, many keys) would keep its
+expired tombstones forever: nothing starts a cleaning. So, as Kafka's KIP-534, a log is
+also cleaned when the oldest tombstone of its cleaned part has passed
+`delete.retention.ms`. Deciding must not read the log each round, so every cleaning
+notes, while it rewrites, the oldest cleaning time (segment mtime) of the tombstones it
+leaves below the new checkpoint: `Cleaning.tombstones_kept_ms`, or the swap's time for
+those in rewritten segments (`tombstones_rewritten`). The owner keeps that per log
+(`LogManager`, `cleaner-tombstone-checkpoint` beside the cleaner checkpoint, same format,
+the value a time in ms instead of an offset) and the planner compares it with the clock:
+one lookup per log per round. The last cleanable record is never removed (below), so a
+tombstone there is not noted. The note is a lower bound of the real times (a retention or
+truncation meanwhile only removes tombstones), so at worst it starts one cleaning that
+removes nothing, and that cleaning notes the true time. A log cleaned by a version that
+kept no note, or whose note was lost, waits for its next ordinary cleaning, as before.
 
 Crash safety
 ------------
@@ -71,8 +92,18 @@ Bounds
   segment's rewrite buffered at a time (at most `segment.bytes`).
 - I/O: `io_bytes_per_s`, every byte read and written counted (Kafka's
   `log.cleaner.io.max.bytes.per.second`).
+- The broker's settings (`log_cleaner_enable`, `log_cleaner_io_max_bytes_per_second`,
+  `log_cleaner_dedupe_buffer_size` in bytes of 16-byte digests, `log_cleaner_backoff_ms`)
+  reach `CleanerSettings` through `StorageSettings`; a disabled cleaner has no thread.
 - Time: the heavy part runs on one background thread (`LogCleaner`); appends and reads
   go on. The owner's part is a few renames, an index swap and a directory fsync per log.
+
+Metrics
+-------
+`CleanerStats` (counters since start, the last cleaning's duration, the dirtiest log's
+ratio at the last pass, when the last cleaning and pass ended) is written by the cleaner's
+thread, except `segments_swapped` (the owner's); the metrics exporter reads the plain
+numbers, which a scrape may see one update apart.
 """
 
 from __future__ import annotations
@@ -98,7 +129,8 @@ from ..records.batch import (
     MAGIC,
     BatchHeader,
 )
-from ..records.compression import decompress
+from ..records.compression import NONE, decompress
+from ..records.recompress import CODECS, recompress_batch
 from ..types import TopicPartition
 from .config import DAY_MS
 from .interface import Clock
@@ -112,6 +144,11 @@ CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 _DIGEST_BYTES = 16
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _READ_CHUNK_BYTES = 1024 * 1024
+DEDUPE_ENTRY_BYTES = _DIGEST_BYTES
+"""What one key of the offset map counts for against `log_cleaner_dedupe_buffer_size`
+(its digest; CPython's dict costs ~100 bytes per entry in truth, so the memory used is
+about six times the setting)."""
+_CODEC_NAMES = {bits: name for name, bits in CODECS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +190,39 @@ class CleanerSettings:
     """Bytes read plus written per second (log.cleaner.io.max.bytes.per.second)."""
     backoff_ms: int = 15_000
     """How long the thread sleeps when no log needs cleaning (log.cleaner.backoff.ms)."""
+    enabled: bool = True
+    """log.cleaner.enable: False, no thread is started and nothing is ever cleaned."""
+
+    @classmethod
+    def from_dedupe_bytes(
+        cls, *, enabled: bool, io_bytes_per_s: int, dedupe_bytes: int, backoff_ms: int
+    ) -> CleanerSettings:
+        """From the broker's settings: `dedupe_bytes` (log.cleaner.dedupe.buffer.size) is
+        counted in `DEDUPE_ENTRY_BYTES` per key."""
+        return cls(
+            offset_map_entries_max=max(1, dedupe_bytes // DEDUPE_ENTRY_BYTES),
+            io_bytes_per_s=io_bytes_per_s,
+            backoff_ms=backoff_ms,
+            enabled=enabled,
+        )
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    """What the cleaner did since start (module docstring, *Metrics*)."""
+
+    cleanings: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    segments_swapped: int = 0
+    """Rewritten segment files swapped in (each replacing one run of segments)."""
+    last_cleaning_ms: int = 0
+    """How long the last cleaning took on the cleaner's thread (clock ms)."""
+    last_cleaning_end_ms: int | None = None
+    max_dirty_ratio: float = 0.0
+    """At the last pass, the highest dirty ratio of a compacted log with a cleanable
+    range (Kafka's max-dirty-percent, as a ratio)."""
+    last_pass_end_ms: int | None = None
 
 
 # --- the offset map ----------------------------------------------------------------------
@@ -352,12 +422,51 @@ class CleaningPlan:
     end: int
     """The first offset not cleanable (the base of the first segment not cleanable)."""
     dirty_ratio: float
+    tombstones_due: bool = False
+    """Cleaned for expired tombstones (KIP-534), whatever the dirty range."""
 
 
 def plan_cleaning(
-    log_: FileLog, checkpoint: int, config: CompactionConfig, now_ms: int
+    log_: FileLog,
+    checkpoint: int,
+    config: CompactionConfig,
+    now_ms: int,
+    tombstones_ms: int | None = None,
 ) -> CleaningPlan | None:
-    """The cleaning `log_` needs now, or None (see the module docstring)."""
+    """The cleaning `log_` needs now, or None (see the module docstring).
+    `tombstones_ms` is the log's note of its oldest cleaned tombstone (*Tombstones*)."""
+    return cleaning_due(
+        cleanable_range(log_, checkpoint, config, now_ms, tombstones_ms), config, now_ms
+    )
+
+
+def cleaning_due(
+    plan: CleaningPlan | None, config: CompactionConfig, now_ms: int
+) -> CleaningPlan | None:
+    """`plan` (a `cleanable_range`) if the log is to be cleaned now, else None: dirty enough,
+    dirty for too long, or holding expired tombstones (see the module docstring)."""
+    if plan is None or not (plan.first_dirty < plan.end or plan.tombstones_due):
+        return None
+    if plan.tombstones_due or plan.dirty_ratio >= config.min_cleanable_dirty_ratio:
+        return plan
+    dirty = [s for s in plan.segments if s.next_offset > plan.first_dirty]
+    overdue = config.max_compaction_lag_ms is not None and any(
+        now_ms - (s.max_timestamp if s.max_timestamp >= 0 else s.created_ms)
+        >= config.max_compaction_lag_ms
+        for s in dirty[:1]
+    )
+    return plan if overdue else None
+
+
+def cleanable_range(
+    log_: FileLog,
+    checkpoint: int,
+    config: CompactionConfig,
+    now_ms: int,
+    tombstones_ms: int | None = None,
+) -> CleaningPlan | None:
+    """The cleanable range of `log_` and its dirty ratio, whether or not it is due for a
+    cleaning; None when it has none. Reads segment metadata only (no file)."""
     if not config.compact or log_.offline_reason is not None or log_.damage:
         return None
     segments = log_.segments
@@ -377,20 +486,11 @@ def plan_cleaning(
         return None
     end = cleanable[-1].next_offset
     first_dirty = min(max(checkpoint, cleanable[0].base_offset), end)
-    if first_dirty >= end:
-        return None
-    dirty = [s for s in cleanable if s.next_offset > first_dirty]
-    dirty_bytes = sum(s.size for s in dirty)
+    dirty_bytes = sum(s.size for s in cleanable if s.next_offset > first_dirty)
     total = sum(s.size for s in cleanable)
     ratio = dirty_bytes / total if total else 0.0
-    overdue = config.max_compaction_lag_ms is not None and any(
-        now_ms - (s.max_timestamp if s.max_timestamp >= 0 else s.created_ms)
-        >= config.max_compaction_lag_ms
-        for s in dirty[:1]
-    )
-    if ratio < config.min_cleanable_dirty_ratio and not overdue:
-        return None
-    return CleaningPlan(tuple(cleanable), first_dirty, end, ratio)
+    due = tombstones_ms is not None and tombstones_ms + config.delete_retention_ms <= now_ms
+    return CleaningPlan(tuple(cleanable), first_dirty, end, ratio, due)
 
 
 # --- cleaning ----------------------------------------------------------------------------
@@ -418,6 +518,20 @@ class Cleaning:
     """Dirty segments that needed no rewrite: their mtime becomes the cleaning's time."""
     bytes_read: int = 0
     bytes_written: int = 0
+    tombstones_kept_ms: int | None = None
+    """The oldest cleaning time (mtime) of a segment left as it was that holds a tombstone
+    below the new checkpoint; None: no such segment (*Tombstones* in the module docstring)."""
+    tombstones_rewritten: bool = False
+    """Whether a rewritten or touched segment holds such a tombstone: its time is the
+    swap's."""
+
+    def tombstones_ms(self, swapped_ms: int) -> int | None:
+        """The log's new note once swapped in at `swapped_ms`."""
+        if not self.tombstones_rewritten:
+            return self.tombstones_kept_ms
+        if self.tombstones_kept_ms is None:
+            return swapped_ms
+        return min(self.tombstones_kept_ms, swapped_ms)
 
 
 class CleaningCancelled(Exception):
@@ -458,17 +572,25 @@ def clean_log(
     counter = _Counter(throttle, stopping)
     offset_map = OffsetMap(settings.offset_map_entries_max)
     map_end, last_batch = _build_map(plan, offset_map, counter)
-    if map_end <= plan.first_dirty:
+    if map_end <= plan.first_dirty and not plan.tombstones_due:
         return None
     cleaning = Cleaning(tp, log_, map_end)
     try:
         for group in _groups(plan, map_end, log_.config.segment_bytes):
-            swap = _rewrite(group, offset_map, map_end, plan, config, last_batch, now_ms, counter)
+            kept_ms: list[int] = []
+            swap = _rewrite(
+                group, offset_map, map_end, plan, config, last_batch, now_ms, counter, kept_ms
+            )
             if swap is not None:
                 cleaning.swaps.append(swap)
                 cleaning.bytes_written += swap.scan.size
             elif group[0].next_offset > plan.first_dirty:
                 cleaning.touched.extend(group)
+            elif kept_ms:  # left as it was: its tombstones keep their time
+                old = cleaning.tombstones_kept_ms
+                cleaning.tombstones_kept_ms = min(kept_ms) if old is None else min(old, *kept_ms)
+                continue
+            cleaning.tombstones_rewritten = cleaning.tombstones_rewritten or bool(kept_ms)
     except BaseException:
         discard(cleaning)
         raise
@@ -546,9 +668,11 @@ def _rewrite(
     last_batch: set[int],
     now_ms: int,
     counter: _Counter,
+    tombstones_kept_ms: list[int],
 ) -> Swap | None:
     """Rewrite a run of segments into one `.swap` file named after the first; None when
-    it is one segment that would not change."""
+    it is one segment that would not change. Appends to `tombstones_kept_ms` the cleaning
+    time of each segment that keeps a tombstone to note (*Tombstones*)."""
     out: list[bytes | memoryview] = []
     changed = len(group) > 1
     dropped: list[BatchHeader] = []
@@ -565,8 +689,12 @@ def _rewrite(
         with _opened(segment.log_path) as fd:
             cleaned_ms = os.fstat(fd).st_mtime_ns // 1_000_000
             tombstones_expire = cleaned_ms + config.delete_retention_ms <= now_ms
+            noted = False
             for header, view in _walk(fd, segment.size, counter):
-                kept = _kept_batch(header, view, offset_map, map_end, plan, tombstones_expire)
+                kept, tombstone = _kept_batch(
+                    header, view, offset_map, map_end, plan, tombstones_expire
+                )
+                noted = noted or tombstone
                 if kept is view:
                     flush_dropped()
                     out.append(view)
@@ -578,6 +706,8 @@ def _rewrite(
                     continue
                 flush_dropped()
                 out.append(kept if kept is not None else _empty_copy(header))
+            if noted:
+                tombstones_kept_ms.append(cleaned_ms)
     flush_dropped()
     if not changed:
         return None
@@ -591,15 +721,17 @@ def _kept_batch(
     map_end: int,
     plan: CleaningPlan,
     tombstones_expire: bool,
-) -> memoryview | bytes | None:
+) -> tuple[memoryview | bytes | None, bool]:
     """`view` itself when every record stays, a rewritten batch when some do, None when
-    none does."""
+    none does; and whether a kept tombstone is to be noted (below `map_end`, not the last
+    cleanable record, which is never removed: *Tombstones* in the module docstring)."""
     if header.is_control or header.is_transactional or header.base_offset >= map_end:
-        return view  # transactions: see the module docstring
+        return view, False  # transactions: see the module docstring
     if header.records_count == 0:
-        return None  # a filler, or a producer's empty last batch (kept by the caller if so)
+        return None, False  # a filler, or a producer's empty last batch (kept if so)
     payload, records = _records(header, view)
     keep = []
+    noted = False
     for record in records:
         if record.offset >= map_end or record.offset == plan.end - 1:
             # The last cleanable record always stays: were it removed (an expired tombstone)
@@ -614,12 +746,13 @@ def _kept_batch(
             continue
         if record.tombstone and record.offset < plan.first_dirty and tombstones_expire:
             continue
+        noted = noted or record.tombstone
         keep.append(record)
     if len(keep) == len(records):
-        return view
+        return view, noted
     if not keep:
-        return None
-    return _batch(
+        return None, noted
+    rebuilt = _batch(
         header.base_offset,
         header.partition_leader_epoch,
         header.attributes,
@@ -630,6 +763,16 @@ def _kept_batch(
         [memoryview(payload)[r.start : r.end] for r in keep],
         len(keep),
     )
+    return _in_codec(rebuilt, header.codec), noted
+
+
+def _in_codec(batch: bytes, codec: int) -> bytes:
+    """An uncompressed batch compressed in `codec` again (module docstring, step 3)."""
+    if codec == NONE:
+        return batch
+    recompressed = recompress_batch(batch, _CODEC_NAMES[codec])
+    assert recompressed is not None  # the rebuilt batch is uncompressed, and not control
+    return recompressed
 
 
 def _empty_copy(header: BatchHeader) -> bytes:
@@ -686,7 +829,9 @@ class LogCleaner:
     (the thread that appends and reads) takes them with `take_ready` and swaps them in
     (`LogManager.finish_cleaning`). `on_ready` is called (on the cleaner's thread) when
     results are queued, so the owner can schedule that. A log with results not yet taken
-    is not cleaned again."""
+    is not cleaned again. `tombstones` gives each log's note of its oldest cleaned
+    tombstone (*Tombstones* in the module docstring). Disabled (`settings.enabled`), it
+    starts no thread and `run_once` cleans nothing."""
 
     def __init__(
         self,
@@ -696,11 +841,13 @@ class LogCleaner:
         checkpoints: Callable[[], Mapping[TopicPartition, int]],
         clock: Clock,
         settings: CleanerSettings | None = None,
+        tombstones: Callable[[], Mapping[TopicPartition, int]] = dict,
     ) -> None:
         self.settings = settings or CleanerSettings()
         self._logs = logs
         self._config_for = config_for
         self._checkpoints = checkpoints
+        self._tombstones = tombstones
         self._clock = clock
         self._throttle = Throttle(self.settings.io_bytes_per_s)
         self._lock = threading.Lock()
@@ -710,11 +857,24 @@ class LogCleaner:
         self._stopped = False
         self._thread: threading.Thread | None = None
         self.on_ready: Callable[[], None] | None = None
-        self.cleanings = 0
-        self.bytes_read = 0
-        self.bytes_written = 0
+        self.stats = CleanerStats()
+
+    @property
+    def bytes_read(self) -> int:
+        return self.stats.bytes_read
+
+    @property
+    def bytes_written(self) -> int:
+        return self.stats.bytes_written
+
+    @property
+    def running(self) -> bool:
+        """Whether the cleaner's thread runs."""
+        return self._thread is not None
 
     def start(self) -> None:
+        if not self.settings.enabled or self._thread is not None:
+            return
         self._thread = threading.Thread(target=self._run, name="weirmq-log-cleaner", daemon=True)
         self._thread.start()
 
@@ -739,15 +899,27 @@ class LogCleaner:
 
     def run_once(self) -> int:
         """Clean every log that needs it now; returns how many were cleaned."""
+        if not self.settings.enabled:
+            return 0
         checkpoints = self._checkpoints()
+        tombstones = self._tombstones()
         done = 0
+        max_ratio = 0.0
         for tp, log_ in self._logs().items():
             if self._stopped:
                 break
             with self._lock:
                 if tp in self._pending:
                     continue
-            cleaning = self._clean_one(tp, log_, checkpoints.get(tp, 0))
+            config = self._config_for(tp.topic)
+            now = self._clock()
+            candidate = cleanable_range(
+                log_, checkpoints.get(tp, 0), config, now, tombstones.get(tp)
+            )
+            if candidate is not None:
+                max_ratio = max(max_ratio, candidate.dirty_ratio)
+            plan = cleaning_due(candidate, config, now)
+            cleaning = None if plan is None else self._clean_one(tp, log_, plan, config, now)
             if cleaning is None:
                 continue
             done += 1
@@ -756,14 +928,18 @@ class LogCleaner:
                 self._pending.add(tp)
             if self.on_ready is not None:
                 self.on_ready()
+        self.stats.max_dirty_ratio = max_ratio
+        self.stats.last_pass_end_ms = self._clock()
         return done
 
-    def _clean_one(self, tp: TopicPartition, log_: FileLog, checkpoint: int) -> Cleaning | None:
-        config = self._config_for(tp.topic)
-        now = self._clock()
-        plan = plan_cleaning(log_, checkpoint, config, now)
-        if plan is None:
-            return None
+    def _clean_one(
+        self,
+        tp: TopicPartition,
+        log_: FileLog,
+        plan: CleaningPlan,
+        config: CompactionConfig,
+        now: int,
+    ) -> Cleaning | None:
         try:
             cleaning = clean_log(
                 tp,
@@ -781,13 +957,17 @@ class LogCleaner:
             log.warning("cleaning %s stopped: %s", log_.directory.name, exc)
             return None
         if cleaning is not None:
-            self.cleanings += 1
-            self.bytes_read += cleaning.bytes_read
-            self.bytes_written += cleaning.bytes_written
+            end = self._clock()
+            stats = self.stats
+            stats.cleanings += 1
+            stats.bytes_read += cleaning.bytes_read
+            stats.bytes_written += cleaning.bytes_written
+            stats.last_cleaning_ms = max(0, end - now)
+            stats.last_cleaning_end_ms = end
             log.info(
-                "cleaned %s up to offset %d (dirty ratio %.2f): %d segments rewritten",
+                "cleaned %s up to offset %d (dirty ratio %.2f%s): %d segments rewritten",
                 log_.directory.name, cleaning.new_checkpoint, plan.dirty_ratio,
-                len(cleaning.swaps),
+                ", expired tombstones" if plan.tombstones_due else "", len(cleaning.swaps),
             )  # fmt: skip
         return cleaning
 

@@ -3,6 +3,7 @@
     weirmq-data/
         recovery-point-offset-checkpoint     topic partition offset: durable up to here
         cleaner-offset-checkpoint            topic partition offset: compacted below here
+        cleaner-tombstone-checkpoint         topic partition ms: oldest cleaned tombstone
         log-start-offset-checkpoint          topic partition offset: DeleteRecords' starts
         .clean-shutdown                      present only after an orderly close
         orders-0/  orders-1/  ...            one FileLog each
@@ -33,7 +34,11 @@ retention and time-based rolls; those never run on the flusher thread.
 
 Compaction (cleaner.py): the `LogCleaner` thread rewrites compacted logs' segments into
 swap files; the owner swaps them in (`finish_cleaning`, called when the cleaner says so
-and at each housekeeping), then writes `cleaner-offset-checkpoint`.
+and at each housekeeping), then writes `cleaner-offset-checkpoint` and, in the same
+pass, `cleaner-tombstone-checkpoint`: per log, when the oldest tombstone left in its
+cleaned part was last cleaned, so that their expiry alone starts a cleaning (KIP-534;
+cleaner.py, *Tombstones*). The cleaner's settings come in `StorageSettings` (the broker's
+`log_cleaner_*` settings); with `cleaner_enable` off no cleaner thread is started.
 
 Creating a partition is mostly file-system work: a directory and a file, 0.3-2 ms
 measured here, which at thousands of partitions would stall the owner's thread for
@@ -65,6 +70,7 @@ from .checkpoint import (
 )
 from .cleaner import (
     CLEANER_CHECKPOINT_FILE,
+    DEDUPE_ENTRY_BYTES,
     CleanerSettings,
     CompactionConfig,
     LogCleaner,
@@ -84,9 +90,11 @@ log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
+TOMBSTONE_FILE = "cleaner-tombstone-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 DELETED_SUFFIX = "-delete"
 _TRASH_PREFIX_CHARS = 200  # + "." + 32 hex digits + "-delete" stays within 255 bytes
+_CLEANER_DEFAULTS = CleanerSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +103,22 @@ class StorageSettings:
     """Flush logs with unflushed data at least this often (acks=0/1 durability bound)."""
     handles_max: int = 256
     """Open segment files kept at most, across all partitions."""
+    cleaner_enable: bool = True
+    """log.cleaner.enable: off, compacted topics are never cleaned (no cleaner thread)."""
+    cleaner_io_bytes_per_s: int = _CLEANER_DEFAULTS.io_bytes_per_s
+    """log.cleaner.io.max.bytes.per.second: the cleaner's reads and writes together."""
+    cleaner_dedupe_buffer_bytes: int = _CLEANER_DEFAULTS.offset_map_entries_max * DEDUPE_ENTRY_BYTES
+    """log.cleaner.dedupe.buffer.size: the key map, `DEDUPE_ENTRY_BYTES` per key."""
+    cleaner_backoff_ms: int = _CLEANER_DEFAULTS.backoff_ms
+    """log.cleaner.backoff.ms: the cleaner's sleep when no log needs cleaning."""
+
+    def cleaner_settings(self) -> CleanerSettings:
+        return CleanerSettings.from_dedupe_bytes(
+            enabled=self.cleaner_enable,
+            io_bytes_per_s=self.cleaner_io_bytes_per_s,
+            dedupe_bytes=self.cleaner_dedupe_buffer_bytes,
+            backoff_ms=self.cleaner_backoff_ms,
+        )
 
 
 _FIRST_SEGMENT_FILE = f"{segment_name(0)}.log"
@@ -155,6 +179,8 @@ class LogManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._clean_offsets: dict[TopicPartition, int] = {}
         """The cleaner checkpoint: per compacted log, offsets below this were cleaned."""
+        self._tombstones_ms: dict[TopicPartition, int] = {}
+        """Per compacted log, when the oldest tombstone of its cleaned part was cleaned."""
         self._load()
         self.committer = GroupCommitter(
             interval_ms=self.settings.flush_interval_ms, periodic=self._periodic_flush
@@ -164,7 +190,8 @@ class LogManager:
             config_for=compaction_for or (lambda _topic: CompactionConfig()),
             checkpoints=lambda: dict(self._clean_offsets),
             clock=clock,
-            settings=cleaner_settings,
+            settings=cleaner_settings or self.settings.cleaner_settings(),
+            tombstones=lambda: dict(self._tombstones_ms),
         )
         """Log compaction (cleaner.py): started by the owner (`start_cleaner`), its results
         swapped in on the owner's thread by `finish_cleaning`."""
@@ -176,6 +203,7 @@ class LogManager:
         clean = marker.exists()
         recovery_points = read_offsets(self.data_dir / RECOVERY_POINT_FILE)
         self._clean_offsets = dict(read_offsets(self.data_dir / CLEANER_CHECKPOINT_FILE))
+        self._tombstones_ms = dict(read_offsets(self.data_dir / TOMBSTONE_FILE))
         log_starts = read_offsets(self.data_dir / LOG_START_FILE)
         for entry in sorted(os.scandir(self.data_dir), key=lambda e: e.name):
             if not entry.is_dir():
@@ -384,8 +412,8 @@ class LogManager:
         return deleted
 
     def start_cleaner(self, on_ready: Callable[[], None] | None = None) -> None:
-        """Start the cleaner's thread; `on_ready` (called on that thread) should make the
-        owner call `finish_cleaning` soon."""
+        """Start the cleaner's thread (none when the cleaner is disabled); `on_ready`
+        (called on that thread) should make the owner call `finish_cleaning` soon."""
         self.cleaner.on_ready = on_ready
         self.cleaner.start()
 
@@ -398,24 +426,46 @@ class LogManager:
             if self._closed or self._logs.get(cleaning.tp) is not cleaning.log:
                 discard(cleaning)  # the partition was deleted (or we are stopping)
                 continue
+            now = self._clock()
             try:
-                ok = swap_in(cleaning, self._clock())
+                ok = swap_in(cleaning, now)
             except OSError as exc:
                 log.error("swapping in the cleaned %s failed: %s", cleaning.tp, exc)
                 discard(cleaning)
                 continue
             if ok:
                 swapped += 1
+                self.cleaner.stats.segments_swapped += len(cleaning.swaps)
                 previous = self._clean_offsets.get(cleaning.tp, 0)
                 self._clean_offsets[cleaning.tp] = max(previous, cleaning.new_checkpoint)
+                self._note_tombstones(cleaning.tp, cleaning.tombstones_ms(now))
         if ready:
-            live = {tp: o for tp, o in self._clean_offsets.items() if tp in self._logs}
-            self._clean_offsets = live
-            try:
-                write_offsets(self.data_dir / CLEANER_CHECKPOINT_FILE, live)
-            except OSError as exc:  # the old one is behind, never ahead: cleaning redone
-                log.error("writing %s failed: %s", CLEANER_CHECKPOINT_FILE, exc)
+            self._write_cleaner_checkpoints()
         return swapped
+
+    def _note_tombstones(self, tp: TopicPartition, cleaned_ms: int | None) -> None:
+        if cleaned_ms is None:
+            self._tombstones_ms.pop(tp, None)
+        else:
+            self._tombstones_ms[tp] = cleaned_ms
+
+    def _write_cleaner_checkpoints(self) -> None:
+        """Both cleaner files in one pass. Either may be older than the other after a
+        crash: an old offset checkpoint only redoes a cleaning, and an old or missing
+        tombstone note at worst starts one cleaning early or waits for an ordinary one
+        (cleaner.py, *Tombstones*)."""
+        live = {tp: o for tp, o in self._clean_offsets.items() if tp in self._logs}
+        self._clean_offsets = live
+        notes = {tp: t for tp, t in self._tombstones_ms.items() if tp in self._logs}
+        self._tombstones_ms = notes
+        files = {
+            CLEANER_CHECKPOINT_FILE: encode_offsets(live),
+            TOMBSTONE_FILE: encode_offsets(notes),
+        }
+        try:
+            write_files_atomically(self.data_dir, files)
+        except OSError as exc:  # the old one is behind, never ahead: cleaning redone
+            log.error("writing %s failed: %s", ", ".join(files), exc)
 
     def flush_for_close(self) -> bool:
         """The first half of `close`: drain the flusher, then flush every log in one pass,
