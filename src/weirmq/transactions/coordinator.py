@@ -31,8 +31,15 @@ INVALID_PRODUCER_EPOCH for request versions that predate it.
 
 Epochs: InitProducerId bumps the epoch of an existing id (fencing its previous producer);
 a fencing abort (InitProducerId while a transaction is open, or the transaction timeout)
-bumps it too, so the old producer's next request is fenced. Past `EPOCH_MAX - 1` the id
-gets a new producer id at epoch 0, as Kafka does.
+bumps it too, so the old producer's next request is fenced. Past `EPOCH_MAX - 1` an
+InitProducerId gives the id a new producer id at epoch 0, as Kafka does; a fencing abort
+never changes the producer id (its markers must name the one the partitions know).
+
+KIP-360 retries: a producer that asks again with the (producer id, epoch) its last bump
+was made from, having missed the answer, gets the bumped pair again without a new bump
+(`_previous`). Only a producer's own bump, or a fencing abort of its transaction, leaves
+that pair; a new instance's InitProducerId (no producer id given) clears it, so a fenced
+zombie cannot take its successor's epoch.
 
 Bounds: at most `Limits.max_ids` transactional ids (a new one past it gets
 COORDINATOR_NOT_AVAILABLE, retriable, until ids expire), `max_partitions` partitions and
@@ -126,6 +133,8 @@ class TransactionCoordinator:
     ) -> InitResult:
         if not 1 <= timeout_ms <= self.limits.max_timeout_ms:
             return InitResult(ErrorCode.invalid_transaction_timeout)
+        if (expected_pid == NO_PRODUCER_ID) != (expected_epoch == NO_EPOCH):
+            return InitResult(ErrorCode.invalid_request)  # both or neither, as Kafka asks
         current = self.txns.get(transactional_id)
         if current is None:
             if expected_pid != NO_PRODUCER_ID:
@@ -146,19 +155,22 @@ class TransactionCoordinator:
         if current.state in PREPARING:
             return InitResult(ErrorCode.concurrent_transactions)
         if expected_pid != NO_PRODUCER_ID:
-            retry = (
-                current.state is not TxnState.ONGOING
-                and current.last_producer_epoch == expected_epoch
-                and expected_pid in (current.producer_id, current.last_producer_id)
-            )
+            asked = (expected_pid, expected_epoch)
+            retry = current.state is not TxnState.ONGOING and asked == _previous(current)
             if retry:  # the bump this names was made: answer what it gave
                 return InitResult(ErrorCode.none, current.producer_id, current.producer_epoch)
-            if (expected_pid, expected_epoch) != (current.producer_id, current.producer_epoch):
+            if asked != (current.producer_id, current.producer_epoch):
                 return InitResult(ErrorCode.producer_fenced)
         if current.state is TxnState.ONGOING:
             return InitResult(ErrorCode.concurrent_transactions, abort=self._fence(current, now_ms))
         meta = current.copy()
         self._bump(meta)
+        if expected_pid == NO_PRODUCER_ID:
+            # A new producer instance: nobody may later claim this bump as its own retry
+            # (a fenced zombie naming the epoch it had would otherwise be handed the new
+            # one), so no previous epoch is kept, as Kafka does.
+            meta.last_producer_id = NO_PRODUCER_ID
+            meta.last_producer_epoch = NO_EPOCH
         meta.timeout_ms = timeout_ms
         meta.move(TxnState.EMPTY, now_ms)
         meta.partitions.clear()
@@ -179,8 +191,10 @@ class TransactionCoordinator:
         current, error = self._check_producer(transactional_id, producer_id, epoch)
         if current is None:
             return Outcome(error)
-        if wanted <= current.partitions and current.state is TxnState.ONGOING:
-            return Outcome(ErrorCode.none)  # nothing new: nothing to log
+        if not wanted or (wanted <= current.partitions and current.state is TxnState.ONGOING):
+            # Nothing new: nothing to log (and an empty request opens no transaction,
+            # which would be ONGOING with nothing to mark at its end).
+            return Outcome(ErrorCode.none)
         if len(current.partitions | wanted) > self.limits.max_partitions:
             return Outcome(ErrorCode.invalid_request)
         meta = self._ongoing(current, now_ms)
@@ -329,9 +343,20 @@ class TransactionCoordinator:
         return meta
 
     def _fence(self, current: TxnMetadata, now_ms: int) -> TxnMetadata:
-        """An open transaction aborted with its epoch bumped, fencing its producer."""
+        """An open transaction aborted with its epoch bumped, fencing its producer.
+
+        The producer id never changes here, even at an exhausted epoch: the markers are
+        written for this producer id, the one the partitions hold the transaction open
+        under (a new id would leave every partition's transaction hanging, and its last
+        stable offset stuck). Kafka bumps up to EPOCH_MAX here for the same reason; the next
+        InitProducerId then moves to a new id. At EPOCH_MAX itself the abort goes ahead
+        without a bump: the aborted transaction still refuses the producer's writes and
+        commit (INVALID_TXN_STATE)."""
         meta = current.copy()
-        self._bump(meta)
+        if meta.producer_epoch < EPOCH_MAX:
+            meta.last_producer_id = NO_PRODUCER_ID
+            meta.last_producer_epoch = meta.producer_epoch
+            meta.producer_epoch += 1
         meta.move(TxnState.PREPARE_ABORT, now_ms)
         return meta
 
@@ -342,6 +367,7 @@ class TransactionCoordinator:
             meta.producer_id = self._allocate()
             meta.producer_epoch = 0
         else:
+            meta.last_producer_id = NO_PRODUCER_ID
             meta.last_producer_epoch = meta.producer_epoch
             meta.producer_epoch += 1
 
@@ -353,3 +379,13 @@ class TransactionCoordinator:
         old = self.txns.pop(transactional_id, None)
         if old is not None and self._by_producer.get(old.producer_id) == transactional_id:
             del self._by_producer[old.producer_id]
+
+
+def _previous(meta: TxnMetadata) -> tuple[int, int] | None:
+    """The (producer id, epoch) the last bump was made from, if a retry may name it."""
+    if meta.last_producer_epoch == NO_EPOCH:
+        return None
+    producer_id = (
+        meta.producer_id if meta.last_producer_id == NO_PRODUCER_ID else meta.last_producer_id
+    )
+    return producer_id, meta.last_producer_epoch

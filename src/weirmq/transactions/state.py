@@ -79,9 +79,12 @@ class TxnMetadata:
     producer_id: int
     producer_epoch: int
     last_producer_id: int
-    """The producer id before the last change of id (epoch exhaustion), else -1."""
+    """The producer id before the last bump when that bump changed it (epoch exhaustion),
+    else -1 (the bump kept `producer_id`)."""
     last_producer_epoch: int
-    """The epoch before the last bump, else -1: a retried InitProducerId names it."""
+    """The epoch the last bump was made from, else -1: a retried InitProducerId names it.
+    -1 after a new producer instance's InitProducerId, so no fenced producer can claim
+    that bump as its own."""
     timeout_ms: int
     state: TxnState
     partitions: set[TopicPartition] = field(default_factory=set)

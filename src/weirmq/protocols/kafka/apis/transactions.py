@@ -22,7 +22,7 @@ on its inter-broker listener only; on one node the coordinator writes the marker
 from __future__ import annotations
 
 import datetime
-import fnmatch
+import re
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
@@ -72,7 +72,9 @@ def _fenced(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
 async def init_transactional_producer(
     broker: Broker, request: InitProducerIdRequest, transactional_id: str, version: int
 ) -> dict[str, Any]:
-    timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+    # Integer division, not total_seconds() * 1000: the float product truncates
+    # 1001 ms to 1000 (and thousands of other values), which DescribeTransactions shows.
+    timeout_ms = request.transaction_timeout // datetime.timedelta(milliseconds=1)
     code, producer_id, epoch = await broker.txns.init_producer_id(
         transactional_id, timeout_ms, int(request.producer_id), int(request.producer_epoch)
     )
@@ -290,12 +292,24 @@ def _described(meta: TxnMetadata) -> dict[str, Any]:
 def handle_list_transactions(
     broker: Broker, request: ListTransactionsRequest, version: int, ctx: RequestContext
 ) -> dict[str, Any]:
+    """KIP-1152's pattern (v2) is a Java regular expression that must match the whole id;
+    Python's `re.fullmatch` reads the forms clients send the same way (as the consumer
+    groups' SubscribedTopicRegex does). One that does not compile is
+    INVALID_REGULAR_EXPRESSION, as Kafka answers."""
+    pattern = request.transactional_id_pattern
+    try:
+        matcher = re.compile(pattern) if pattern else None
+    except re.error:
+        return {
+            "error_code": ErrorCode.invalid_regular_expression,
+            "unknown_state_filters": [],
+            "transaction_states": [],
+        }
     known = {name: state for state, name in _STATE_NAMES.items()}
     wanted_states = {known[s] for s in request.state_filters if s in known}
     unknown = [s for s in request.state_filters if s not in known]
     producers = {int(p) for p in request.producer_id_filters}
     duration = int(request.duration_filter)
-    pattern = request.transactional_id_pattern
     now = broker.clock()
     found = []
     for meta in broker.txns.transactions():
@@ -303,9 +317,10 @@ def handle_list_transactions(
             continue
         if producers and meta.producer_id not in producers:
             continue
-        if duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms < duration):
+        # Kafka lists a transaction only when it has run *longer* than the filter.
+        if duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms <= duration):
             continue
-        if pattern and not fnmatch.fnmatchcase(meta.transactional_id, _glob(pattern)):
+        if matcher is not None and matcher.fullmatch(meta.transactional_id) is None:
             continue
         found.append(
             {
@@ -319,12 +334,6 @@ def handle_list_transactions(
         "unknown_state_filters": unknown,
         "transaction_states": found,
     }
-
-
-def _glob(pattern: str) -> str:
-    """KIP-1152's pattern is a Java regular expression; the common forms (".*", "a.*")
-    are turned into a glob, anything else is matched literally."""
-    return pattern.replace(".*", "*")
 
 
 # --- DescribeProducers (61) ----------------------------------------------------------------

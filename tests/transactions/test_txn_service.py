@@ -1,0 +1,140 @@
+"""The transaction coordinator's I/O (broker/txn_service.py) on an in-process broker:
+an end that a stop interrupted after PREPARE_COMMIT is finished after the restart, and a
+transaction open past its timeout is aborted with a marker by the timer.
+
+Time is a `ManualClock`; the timer's work is called directly (`tick`), as the broker's
+timer would call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from weirmq.broker.core import Broker
+from weirmq.broker.partition import CONTROL_ABORT, CONTROL_COMMIT, Durability, control_type
+from weirmq.errors import ErrorCode
+from weirmq.records.batch import ATTR_TRANSACTIONAL, Record, encode_batch, parse_header
+from weirmq.settings import Settings
+from weirmq.testing import ManualClock, ManualTimers
+from weirmq.transactions.state import TxnState
+from weirmq.types import TopicPartition
+
+QUIET_MS = 3_600_000  # no periodic flush
+TID = "tid"
+TPS = [TopicPartition("t", 0), TopicPartition("t", 1)]
+TIMEOUT_MS = 5_000
+STEP_TIMEOUT_S = 10.0
+
+
+def open_broker(data_dir: Path, clock: ManualClock) -> Broker:
+    return Broker(
+        Settings(data_dir=data_dir, flush_interval_ms=QUIET_MS),
+        clock=clock,
+        timers=ManualTimers(clock),
+    )
+
+
+async def open_transaction(broker: Broker) -> tuple[int, int]:
+    """A transaction over TPS with one record written to each."""
+    service = broker.txns
+    code, pid, epoch = await service.init_producer_id(TID, TIMEOUT_MS, -1, -1)
+    assert code is ErrorCode.none
+    assert await service.add_partitions(TID, pid, epoch, TPS) is ErrorCode.none
+    for tp in TPS:
+        partition = broker.partitions[tp]
+        batch = encode_batch(
+            [Record(b"v-%d" % tp.partition)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            attributes=ATTR_TRANSACTIONAL,
+        )
+        published = partition.publish(batch, Durability.FSYNCED)
+        assert published.durable_offset is not None
+        await partition.durable(published.durable_offset)
+    return pid, epoch
+
+
+async def completions(broker: Broker) -> None:
+    running = list(broker.txns._completing.values())
+    results = await asyncio.wait_for(asyncio.gather(*running), STEP_TIMEOUT_S)
+    assert all(code is ErrorCode.none for code in results), results
+
+
+def marker_at(broker: Broker, tp: TopicPartition, offset: int) -> int | None:
+    batch = bytes(broker.partitions[tp].read(offset, 1 << 16).records)
+    header = parse_header(memoryview(batch), 0)
+    assert header.is_control and header.base_offset == offset
+    return control_type(memoryview(batch)[: header.size])
+
+
+def test_an_end_interrupted_after_prepare_is_completed_after_a_restart(tmp_path: Path) -> None:
+    clock = ManualClock()
+
+    async def before_the_stop() -> int:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        # EndTxn(commit) got as far as a durable PREPARE_COMMIT, then the broker stopped.
+        result = broker.txns.coordinator.end_txn(TID, pid, epoch, True, clock())
+        assert result.prepare is not None
+        broker.txns._log([(TID, result.prepare)])
+        await broker.txns._durable()
+        broker.close()
+        return pid
+
+    async def after_the_restart(pid: int) -> None:
+        broker = open_broker(tmp_path, clock)
+        meta = broker.txns.describe(TID)
+        assert meta is not None and meta.state is TxnState.PREPARE_COMMIT
+        for tp in TPS:
+            assert broker.partitions[tp].last_stable_offset == 0, "still open here"
+        broker.txns.tick()
+        await completions(broker)
+        meta = broker.txns.describe(TID)
+        assert meta is not None and meta.state is TxnState.COMPLETE_COMMIT
+        for tp in TPS:
+            partition = broker.partitions[tp]
+            assert partition.last_stable_offset == partition.high_watermark == 2
+            assert marker_at(broker, tp, 1) == CONTROL_COMMIT
+            assert pid not in partition.producers.ongoing
+        broker.close()
+
+    pid = asyncio.run(before_the_stop())
+    asyncio.run(after_the_restart(pid))
+
+
+def test_the_timer_aborts_a_transaction_past_its_timeout(tmp_path: Path) -> None:
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        clock.advance(TIMEOUT_MS)
+        broker.txns.tick()
+        assert broker.txns.describe(TID).state is TxnState.ONGOING  # type: ignore[union-attr]
+        clock.advance(1)
+        broker.txns.tick()
+        await completions(broker)
+        meta = broker.txns.describe(TID)
+        assert meta is not None
+        assert (meta.state, meta.producer_id, meta.producer_epoch) == (
+            TxnState.COMPLETE_ABORT,
+            pid,
+            epoch + 1,
+        )
+        for tp in TPS:
+            partition = broker.partitions[tp]
+            assert marker_at(broker, tp, 1) == CONTROL_ABORT
+            assert partition.last_stable_offset == partition.high_watermark == 2
+            read, aborted = partition.read_committed(0, 1 << 16)
+            assert read is not None
+            assert [(a.producer_id, a.first_offset) for a in aborted] == [(pid, 0)]
+        # The fenced producer's commit, and its late write, are refused.
+        assert await broker.txns.end_txn(TID, pid, epoch, True) is ErrorCode.producer_fenced
+        assert broker.txns.check_write(pid, epoch, TPS[0]) is ErrorCode.invalid_producer_epoch
+        broker.close()
+
+    asyncio.run(scenario())
