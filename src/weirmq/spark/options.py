@@ -42,7 +42,18 @@ READ_OPTIONS = (
     # WeirMQ's own: commit a stream's progress to kafka.group.id, for lag monitoring.
     "commitOffsetsToGroup",
 )
-WRITE_OPTIONS = ("kafka.bootstrap.servers", "bootstrap.servers", "topic")
+WRITE_OPTIONS = (
+    "kafka.bootstrap.servers",
+    "bootstrap.servers",
+    "topic",
+    # WeirMQ's own (Flink's Kafka sink names): at-least-once or exactly-once, and the prefix
+    # of the transactional ids and marker groups exactly-once uses.
+    "deliveryGuarantee",
+    "transactionalIdPrefix",
+)
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
+DELIVERY_GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 # Spark adds these itself (`.load(path)`, `.option("checkpointLocation", ...)`, a query's
 # name); they are not the source's business, so they are neither errors nor used.
 SPARK_OWN_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -55,6 +66,10 @@ MANAGED_CLIENT_OPTIONS = {
     "kafka.key.serializer": "keys are always written as binary",
     "kafka.value.serializer": "values are always written as binary",
     "kafka.group.protocol": "the source assigns partitions itself",
+    "kafka.transactional.id": (
+        "the sink derives one per task with deliveryGuarantee=exactly-once "
+        "(set transactionalIdPrefix to choose its prefix)"
+    ),
 }
 
 EARLIEST = -2
@@ -130,6 +145,9 @@ class WriteOptions:
 
     client: Mapping[str, str]
     topic: str | None
+    exactly_once: bool = False
+    """`deliveryGuarantee=exactly-once`: each task writes in a transaction (write.py)."""
+    transactional_id_prefix: str = "weirmq-spark"
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
@@ -205,7 +223,32 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("topic must not be empty")
-    return WriteOptions(client=_client_config(opts), topic=topic.strip() if topic else None)
+    guarantee = opts.get("deliveryguarantee", AT_LEAST_ONCE).strip().lower()
+    if guarantee not in DELIVERY_GUARANTEES:
+        raise OptionError(
+            f"deliveryGuarantee must be {' or '.join(DELIVERY_GUARANTEES)}, not {guarantee!r}"
+        )
+    prefix = opts.get("transactionalidprefix", "weirmq-spark").strip()
+    if not prefix:
+        raise OptionError("transactionalIdPrefix must not be empty")
+    client = _client_config(opts)
+    if guarantee == EXACTLY_ONCE:
+        # A transaction needs both; a user's other choice would be silently overridden.
+        wrong = [
+            f"kafka.{name}={client[name]}"
+            for name, allowed in (("acks", ("all", "-1")), ("enable.idempotence", ("true",)))
+            if name in client and client[name].strip().lower() not in allowed
+        ]
+        if wrong:
+            raise OptionError(
+                f"deliveryGuarantee=exactly-once needs acks=all and idempotence: {', '.join(wrong)}"
+            )
+    return WriteOptions(
+        client=client,
+        topic=topic.strip() if topic else None,
+        exactly_once=guarantee == EXACTLY_ONCE,
+        transactional_id_prefix=prefix,
+    )
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:

@@ -27,11 +27,20 @@ Spark runs a Python data source in Python worker processes: the driver side (`re
   checkpoints; Spark's never commits). Spark calls `commit` late (when it plans the next
   batch), so the lag shown is an upper bound; the checkpoint, not the group, is where the
   query resumes from, and a refused commit is only logged.
+- Writes are at-least-once, or with `deliveryGuarantee=exactly-once` one Kafka transaction
+  per task, committed by the task with a marker that makes a retried or replayed task
+  write nothing twice (write.py says how and why the task, not the driver, commits). A
+  task learns its identity from Spark: its partition id, and for a stream the persistent
+  query id and the batch id Spark sets as local properties of the batch's jobs; a batch
+  write's id is drawn on the driver when Spark makes the writer. The driver's `abort`
+  fences the transactions of the tasks that failed, so that they do not hold
+  read_committed readers back until they time out.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -74,7 +83,13 @@ from weirmq.spark.planning import (
 )
 from weirmq.spark.read import DataLossError, consumer_config, data_loss_message, read_range
 from weirmq.spark.schema import check_sink_schema, spark_schema
-from weirmq.spark.write import write_batches
+from weirmq.spark.write import (
+    TaskIdentity,
+    ensure_commits_topic,
+    fence,
+    write_batches,
+    write_transactionally,
+)
 
 log = logging.getLogger("weirmq.spark")
 
@@ -132,6 +147,8 @@ def _write_options(options: Any, schema: Any, overwrite: bool) -> WriteOptions:
     check_sink_schema(schema, opts.topic)
     # A producer setting librdkafka refuses fails here, on the driver, not in every task.
     make_producer(opts.client)
+    if opts.exactly_once:
+        ensure_commits_topic(opts.client)
     return opts
 
 
@@ -373,21 +390,102 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
         self.cluster.close()
 
 
+# The local properties Spark sets on a micro-batch's jobs (StreamExecution.QUERY_ID_KEY,
+# MicroBatchExecution.BATCH_ID_KEY): the query id is the one kept in the checkpoint, so it is
+# the same after a restart, and a replayed batch keeps its id.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
 @dataclass
 class WriteResult(WriterCommitMessage):
-    """What one write task reports: how many records it wrote."""
+    """What one write task reports: how many records it wrote (None: an exactly-once task
+    whose rows were already committed, by an earlier attempt or run)."""
 
-    records: int
+    records: int | None
+    partition: int = -1
+
+
+def _partition_id(*, required: bool) -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        # Every write task has one; only exactly-once cannot do without it.
+        assert not required, "an exactly-once write task runs without a Spark TaskContext"
+        return -1
+    return context.partitionId()
+
+
+def _stream_task(opts: WriteOptions) -> TaskIdentity:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "a write task runs in a Spark task"
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+    batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query_id or batch_id is None:
+        raise OptionError(
+            "deliveryGuarantee=exactly-once: Spark did not give this streaming task its "
+            f"query and batch ids ({QUERY_ID_PROPERTY}, {BATCH_ID_PROPERTY})"
+        )
+    return TaskIdentity(
+        opts.transactional_id_prefix, query_id, int(batch_id), context.partitionId()
+    )
+
+
+def _write(iterator: Iterator[Any], opts: WriteOptions, task: TaskIdentity | None) -> WriteResult:
+    if task is None:
+        return WriteResult(
+            write_batches(iterator, opts.client, opts.topic), _partition_id(required=False)
+        )
+    records = write_transactionally(iterator, opts.client, opts.topic, task)
+    return WriteResult(records, task.partition)
+
+
+def _fence_failed(
+    opts: WriteOptions, write_id: str, messages: list[WriterCommitMessage | None]
+) -> None:
+    """Aborts the open transactions of the tasks without a commit message (failed ones)."""
+    if not opts.exactly_once:
+        return
+    for partition, message in enumerate(messages):
+        if message is None:
+            task = TaskIdentity(opts.transactional_id_prefix, write_id, 0, partition)
+            try:
+                fence(opts.client, task.transactional_id)
+            except Exception as exc:  # best effort: the transaction timeout aborts it anyway
+                log.warning("could not abort %s: %s", task.transactional_id, exc)
+
+
+def _log_skipped(messages: list[WriterCommitMessage | None], what: str) -> None:
+    skipped = [m.partition for m in messages if isinstance(m, WriteResult) and m.records is None]
+    if skipped:
+        log.info("%s: partitions %s were already committed, not written again", what, skipped)
 
 
 class BatchWriter(DataSourceArrowWriter):
-    """`df.write.format("weirmq")`: each task produces its rows; at-least-once."""
+    """`df.write.format("weirmq")`: each task produces its rows; at-least-once, or one
+    transaction per task with `deliveryGuarantee=exactly-once`."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
+        # Made on the driver and pickled to every task: all attempts of a task share it,
+        # and another write (even of the same DataFrame) gets another.
+        self.write_id = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[Any]) -> WriteResult:
-        return WriteResult(write_batches(iterator, self.opts.client, self.opts.topic))
+        task = None
+        if self.opts.exactly_once:
+            prefix = self.opts.transactional_id_prefix
+            task = TaskIdentity(prefix, self.write_id, 0, _partition_id(required=True))
+        return _write(iterator, self.opts, task)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _log_skipped(messages, f"write {self.write_id}")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _fence_failed(self.opts, self.write_id, messages)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
@@ -397,10 +495,24 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.opts = opts
 
     def write(self, iterator: Iterator[Any]) -> WriteResult:
-        return WriteResult(write_batches(iterator, self.opts.client, self.opts.topic))
+        task = _stream_task(self.opts) if self.opts.exactly_once else None
+        result = _write(iterator, self.opts, task)
+        if task is not None:
+            return StreamWriteResult(result.records, result.partition, task.write_id)
+        return result
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
+        _log_skipped(messages, f"batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
+        # The query id is known only to tasks; one that succeeded tells it.
+        ids = {m.query_id for m in messages if isinstance(m, StreamWriteResult)}
+        if len(ids) == 1:
+            _fence_failed(self.opts, ids.pop(), messages)
+
+
+@dataclass
+class StreamWriteResult(WriteResult):
+    """An exactly-once streaming task's report, with the query id it wrote under."""
+
+    query_id: str = ""
