@@ -659,12 +659,6 @@ def test_kafka_python_commit_abort(broker: BrokerProcess) -> None:
     assert kafka_python_read(broker.bootstrap, topic, SENTINEL) == [*values("kept", 3), SENTINEL]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KIP-447 fencing missing: TxnOffsetCommit's generation_id/member_id/"
-    "group_instance_id are not checked against the group (needs a check-only call in "
-    "groups/coordinator.py, e.g. GroupCoordinator.check_txn_commit, for the adapter)",
-)
 def test_kafka_python_txn_offset_commit_from_a_stale_member_is_fenced(
     broker: BrokerProcess,
 ) -> None:

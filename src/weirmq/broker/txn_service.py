@@ -6,16 +6,28 @@ decisions out, in the order that makes a crash in any phase recoverable:
 - **its log**, the internal topic `__transaction_state` (one partition, compacted by the
   log cleaner: the newest record per transactional id is its state). Every decided state
   is appended and made current at once (appends are synchronous on the loop, so the
-  in-memory state follows the log's order), and the request is answered only once the
-  log is fsynced past it; an answer that logs nothing still waits for the log's end, so
-  nobody is told of a state a crash could take back;
+  in-memory state follows the log's order). InitProducerId and EndTxn are answered only
+  once the log is fsynced past their state (an epoch bump or an outcome a crash took back
+  would let two producers, or two outcomes, be believed). AddPartitionsToTxn,
+  AddOffsetsToTxn and TxnOffsetCommit are answered once appended: losing one in a crash
+  loses the transaction it belongs to, which then never commits (its EndTxn is refused,
+  and what it wrote is aborted as an orphan at the start), and the PREPARE that decides
+  a commit is fsynced after them in the same log, so no commit rests on a state that
+  was not durable. That saves one fsync per transaction;
 - **ending a transaction** (`_complete`): PREPARE_COMMIT or PREPARE_ABORT is made durable
-  first; then a marker goes to each of the transaction's partitions
-  (`Partition.write_marker`) and, on commit, its pending offsets to their groups; once
-  all of those are durable, COMPLETE_* is logged. EndTxn is answered then. After a crash,
-  ids found in PREPARE_* are completed again by the timer (a marker is only written where
-  the producer still has a transaction open, so nothing is doubled). While markers are
-  written, other requests of the id get CONCURRENT_TRANSACTIONS and retry;
+  first, and EndTxn is answered then, as Kafka answers it: the outcome is decided; then a
+  marker goes to each of the transaction's partitions (`Partition.write_marker`) and, on
+  commit, its pending offsets to their groups; once all of those are durable,
+  COMPLETE_* is logged. A request of the same id that comes meanwhile (the producer's
+  next AddPartitionsToTxn, usually) waits for that, up to `COMPLETION_WAIT_S`, rather
+  than being sent back with CONCURRENT_TRANSACTIONS to retry after a backoff. After a
+  crash, ids found in PREPARE_* are completed at the first tick after the start (a marker
+  is only written where the producer still has a transaction open, so nothing is
+  doubled);
+- **orphans**: a partition that, after a crash, holds an open transaction its coordinator
+  does not know (the transaction's own record was lost, which a client that waits for
+  AddPartitionsToTxn's answer never causes) gets an abort marker at the start, so that its
+  last stable offset cannot stay stuck;
 - **its timer**: every `transaction_abort_timed_out_transaction_cleanup_interval_ms` it
   aborts, fencing their producers, the transactions open past their timeout, expires ids
   idle past `transactional_id_expiration_ms`, and completes what a crash or a failed
@@ -66,6 +78,10 @@ TXN_TOPIC = "__transaction_state"
 TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(16 * 1024 * 1024)}
 MAX_COMPLETING = 1_000
 """Transaction ends (markers being written) in flight at most."""
+_OPEN = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
+COMPLETION_WAIT_S = 10.0
+"""How long a request waits for its id's end to complete before it is answered
+CONCURRENT_TRANSACTIONS (retriable) instead."""
 
 
 class TransactionService:
@@ -85,6 +101,8 @@ class TransactionService:
         self._interval_ms = settings.transaction_abort_timed_out_transaction_cleanup_interval_ms
         self._completing: dict[str, asyncio.Future[ErrorCode]] = {}
         self._timer: Timer | None = None
+        self._started = False
+        """Whether the first tick (at once after the start) was scheduled."""
 
     # --- the log --------------------------------------------------------------------------
 
@@ -117,6 +135,7 @@ class TransactionService:
                     records += 1
         except (StorageError, KafkaError) as exc:
             log.error("%s: replay stopped early: %s", TXN_TOPIC, exc)
+        self._abort_orphans()
         if records:
             pending = len(self.coordinator.pending_completions())
             log.info(
@@ -126,6 +145,35 @@ class TransactionService:
                 TXN_TOPIC,
                 pending,
             )
+
+    def _abort_orphans(self) -> None:
+        """Abort, with a marker at the producer's epoch there, every open transaction of a
+        partition that the coordinator does not hold open on that partition."""
+        coordinator = self.coordinator
+        for tp, partition in list(self._broker.partitions.items()):
+            for producer_id in list(partition.producers.ongoing):
+                txn_id = coordinator.transactional_id_of(producer_id)
+                meta = None if txn_id is None else coordinator.txns.get(txn_id)
+                if meta is not None and meta.state in _OPEN and tp in meta.partitions:
+                    continue  # its coordinator ends it
+                entry = partition.producers.entry(producer_id)
+                epoch = 0 if entry is None else entry.epoch
+                try:
+                    partition.write_marker(producer_id, epoch, commit=False)
+                except KafkaError as exc:
+                    log.error(
+                        "%s: orphan transaction of producer %d not aborted: %s",
+                        tp,
+                        producer_id,
+                        exc,
+                    )
+                    continue
+                log.warning(
+                    "%s: aborted an open transaction of producer %d that no coordinator "
+                    "state covers (lost in a crash)",
+                    tp,
+                    producer_id,
+                )
 
     def _log(self, states: Iterable[tuple[str, TxnMetadata | None]]) -> None:
         """Append these states (None: a tombstone) and make them current."""
@@ -173,12 +221,14 @@ class TransactionService:
         self, transactional_id: str, timeout_ms: int, expected_pid: int, expected_epoch: int
     ) -> tuple[ErrorCode, int, int]:
         self.poke()
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions, -1, -1
         now = self._broker.clock()
         result = self.coordinator.init_producer_id(
             transactional_id, timeout_ms, expected_pid, expected_epoch, now
         )
         if result.abort is not None:
-            self._start_completion(result.abort)
+            self._start_completion(result.abort)  # the client asks again; it then waits
             return result.error, -1, -1
         if result.error is not ErrorCode.none:
             return result.error, -1, -1
@@ -190,16 +240,20 @@ class TransactionService:
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, tps: Iterable[TopicPartition]
     ) -> ErrorCode:
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.add_partitions(transactional_id, producer_id, epoch, tps, now)
-        return await self._answer(outcome)
+        return self._appended(outcome)
 
     async def add_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
     ) -> ErrorCode:
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.add_offsets(transactional_id, producer_id, epoch, group_id, now)
-        return await self._answer(outcome)
+        return self._appended(outcome)
 
     async def txn_offset_commit(
         self,
@@ -209,15 +263,19 @@ class TransactionService:
         group_id: str,
         offsets: Mapping[TopicPartition, PendingOffset],
     ) -> ErrorCode:
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.txn_offset_commit(
             transactional_id, producer_id, epoch, group_id, offsets, now
         )
-        return await self._answer(outcome)
+        return self._appended(outcome)
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> ErrorCode:
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         result: EndResult = self.coordinator.end_txn(
             transactional_id, producer_id, epoch, commit, now
@@ -228,13 +286,34 @@ class TransactionService:
             return result.error
         if len(self._completing) >= MAX_COMPLETING:
             return ErrorCode.concurrent_transactions
-        # Shielded: a client that goes away must not cancel the end half way.
-        return await asyncio.shield(self._start_completion(result.prepare))
+        _task, prepared = self._begin_completion(result.prepare)
+        # Answered once PREPARE is durable (the outcome is decided); the markers follow.
+        # Shielded: a client that goes away must not cancel anything half way.
+        return await asyncio.shield(prepared)
 
-    async def _answer(self, outcome: Outcome) -> ErrorCode:
-        if outcome.error is not ErrorCode.none:
+    async def _settled(self, transactional_id: str) -> bool:
+        """Wait for the id's end in progress, if any (at most `COMPLETION_WAIT_S`); False
+        if it is still running then."""
+        running = self._completing.get(transactional_id)
+        if running is None:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(running), COMPLETION_WAIT_S)
+        except TimeoutError:
+            return False
+        return True
+
+    def _appended(self, outcome: Outcome) -> ErrorCode:
+        """Log `outcome`'s state without waiting for its fsync (see the module docstring:
+        the requests whose state may be lost in a crash)."""
+        if outcome.error is not ErrorCode.none or outcome.log is None:
             return outcome.error
-        return await self._logged(outcome.log)
+        try:
+            self._log([(outcome.log.transactional_id, outcome.log)])
+        except KafkaError as exc:
+            log.error("%s: write failed: %s", TXN_TOPIC, exc)
+            return ErrorCode.coordinator_not_available
+        return ErrorCode.none
 
     def check_write(self, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """For `Partition.txn_check` (KIP-890 part 1)."""
@@ -243,31 +322,47 @@ class TransactionService:
     # --- ending a transaction -------------------------------------------------------------
 
     def _start_completion(self, prepared: TxnMetadata) -> asyncio.Future[ErrorCode]:
+        """`_begin_completion`'s task: done once the end is complete (or failed)."""
+        return self._begin_completion(prepared)[0]
+
+    def _begin_completion(
+        self, prepared: TxnMetadata
+    ) -> tuple[asyncio.Future[ErrorCode], asyncio.Future[ErrorCode]]:
         """Log `prepared` (PREPARE_*) now and complete it in a task of its own, so that a
-        client that goes away does not leave it half done."""
+        client that goes away does not leave it half done. Returns the task and a future
+        settled once PREPARE is durable (with the error to answer EndTxn)."""
+        loop = asyncio.get_running_loop()
         txn_id = prepared.transactional_id
+        on_prepared: asyncio.Future[ErrorCode] = loop.create_future()
         running = self._completing.get(txn_id)
         if running is not None:
-            return running
+            on_prepared.set_result(ErrorCode.concurrent_transactions)
+            return running, on_prepared
         if self.coordinator.txns.get(txn_id) is not prepared:
             try:
                 self._log([(txn_id, prepared)])
             except KafkaError as exc:
                 log.error("%s: cannot log %s: %s", txn_id, prepared.state.name, exc)
-                failed: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-                failed.set_result(ErrorCode.coordinator_not_available)
-                return failed
-        task = asyncio.get_running_loop().create_task(self._complete(prepared))
+                on_prepared.set_result(ErrorCode.coordinator_not_available)
+                return on_prepared, on_prepared
+        task = loop.create_task(self._complete(prepared, on_prepared))
         self._completing[txn_id] = task
         task.add_done_callback(lambda _t: self._completing.pop(txn_id, None))
-        return task
+        return task, on_prepared
 
-    async def _complete(self, prepared: TxnMetadata) -> ErrorCode:
+    async def _complete(
+        self, prepared: TxnMetadata, on_prepared: asyncio.Future[ErrorCode]
+    ) -> ErrorCode:
         broker = self._broker
         commit = prepared.state is TxnState.PREPARE_COMMIT
         txn_id = prepared.transactional_id
         try:
-            await self._durable()
+            try:
+                await self._durable()
+                on_prepared.set_result(ErrorCode.none)
+            finally:
+                if not on_prepared.done():  # PREPARE not durable: the timer tries again
+                    on_prepared.set_result(ErrorCode.coordinator_not_available)
             waits: list[Awaitable[None]] = []
             for tp in sorted(prepared.partitions):
                 partition = broker.partitions.get(tp)
@@ -295,8 +390,9 @@ class TransactionService:
                     waits.append(broker.offsets_log.durable(broker.offsets_log.end_offset()))
             for wait in waits:
                 await wait
+            # Not waited for: a crash before its fsync completes the end again from
+            # PREPARE, and the next request of the id waits for the log's end anyway.
             self._log([(txn_id, self.coordinator.completed(prepared, broker.clock()))])
-            await self._durable()
         except (KafkaError, OSError) as exc:
             # Left in PREPARE_*: the timer tries again; the client's retry is told
             # CONCURRENT_TRANSACTIONS until then.
@@ -311,9 +407,13 @@ class TransactionService:
         if self._timer is not None and self._timer is not UNSCHEDULED:
             return
         broker = self._broker
-        self._timer = broker.timers.call_at(broker.clock() + self._interval_ms, self._tick)
+        # The first tick comes at once: it completes what a crash left in PREPARE_*.
+        delay = self._interval_ms if self._started else 0
+        self._timer = broker.timers.call_at(broker.clock() + delay, self._tick)
         if self._timer is UNSCHEDULED:
             self._timer = None
+        else:
+            self._started = True
 
     def _tick(self) -> None:
         self._timer = None

@@ -692,6 +692,33 @@ class GroupCoordinator:
         for tp, value in accepted:
             stored[tp] = value
 
+    def check_txn_commit(self, request: CommitRequest) -> ErrorCode:
+        """KIP-447: may the consumer `request` names (its generation or member epoch,
+        member id, instance id) commit offsets in a transaction? As Kafka checks
+        TxnOffsetCommit: a group unknown here accepts only a commit from outside any group
+        (generation -1); a known group checks its member and generation as OffsetCommit
+        does, except that a rebalance in progress does not refuse it (the commit lands when
+        the transaction commits). NONE when it may."""
+        group = self.groups.get(request.group_id)
+        if isinstance(group, kip932.ShareGroup):
+            return ErrorCode.group_id_not_found
+        if group is None or group.is_empty:
+            if request.generation < 0:
+                return ErrorCode.none
+            return ErrorCode.illegal_generation
+        if request.generation < 0 and not request.member_id:
+            return ErrorCode.none  # a producer committing for the group from outside it
+        if isinstance(group, kip848.ConsumerGroup):
+            code = group.validate_commit(request.member_id, request.generation)
+            return ErrorCode.illegal_generation if code is ErrorCode.stale_member_epoch else code
+        try:
+            group.check_member(request.member_id, request.group_instance_id)
+        except GroupError as exc:
+            return exc.code
+        if request.generation != group.generation:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
     def _check_commit(self, request: CommitRequest) -> None:
         group = self.groups.get(request.group_id)
         if isinstance(group, kip932.ShareGroup):

@@ -253,6 +253,9 @@ async def _housekeeping(
     due = settings.housekeeping_interval_ms / 1000
     block = PublishBlock(amqp.amqp) if amqp is not None else None
     assert amqp is None or amqp.memory is server.memory, "one budget, measured once"
+    # The transaction coordinator's timer, at once: it completes the transaction ends a
+    # crash interrupted, and aborts those that time out (broker/txn_service.py).
+    broker.txns.poke()
     while True:
         await asyncio.sleep(sample_s)
         try:

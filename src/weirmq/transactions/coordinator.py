@@ -313,6 +313,10 @@ class TransactionCoordinator:
         if meta.state is not TxnState.DEAD:
             self._put(meta)
 
+    def transactional_id_of(self, producer_id: int) -> str | None:
+        """The transactional id whose current producer id this is, if any."""
+        return self._by_producer.get(producer_id)
+
     def describe(self, transactional_id: str) -> TxnMetadata | None:
         return self.txns.get(transactional_id)
 

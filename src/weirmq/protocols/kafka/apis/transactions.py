@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ....broker.core import Broker
+from ....broker.group_service import CommitRequest
 from ....errors import ErrorCode
 from ....transactions.state import PendingOffset, TxnMetadata, TxnState
 from ....types import RequestContext, TopicPartition
@@ -218,13 +219,22 @@ async def _txn_offset_commit(
                 int(p.committed_leader_epoch),
                 p.committed_metadata or "",
             )
-    code = await broker.txns.txn_offset_commit(
-        request.transactional_id,
-        int(request.producer_id),
-        int(request.producer_epoch),
+    member = CommitRequest(
         request.group_id,
-        offsets,
+        request.member_id,
+        int(request.generation_id),
+        request.group_instance_id,
+        (),
     )
+    code = broker.groups.check_txn_commit(member)  # KIP-447: a zombie consumer is fenced
+    if code is ErrorCode.none:
+        code = await broker.txns.txn_offset_commit(
+            request.transactional_id,
+            int(request.producer_id),
+            int(request.producer_epoch),
+            request.group_id,
+            offsets,
+        )
     code = _fenced(code, 28, version)
     return {
         "topics": [
