@@ -271,3 +271,30 @@ def test_a_damaged_abort_index_is_rebuilt_from_the_whole_log(tmp_path: Path) -> 
         assert again.read_committed(0, 1 << 20)[1] == [AbortedTxn(7, 0, 2, 3)]
     finally:
         reopened.close()
+
+
+def test_an_open_transaction_no_coordinator_state_covers_is_aborted_at_start(
+    tmp_path: Path,
+) -> None:
+    """A crash can lose AddPartitionsToTxn's record (it is answered before its fsync) while
+    the transaction's data survives: at the next start, that orphan is aborted so that the
+    partition's last stable offset moves on."""
+    data = tmp_path / "data"
+    broker = Broker(Settings(data_dir=str(data)))
+    broker.create_topic("t", 1)
+    partition = broker.partition("t", 0)
+    assert partition is not None
+    partition.txn_check = Check()  # no coordinator state for producer 7 at all
+    partition.publish(txn_batch(7, 0), Durability.WRITTEN)  # 0-1
+    partition.publish(plain(), Durability.WRITTEN)  # 2
+    assert partition.last_stable_offset == 0
+    broker.close()
+    reopened = Broker(Settings(data_dir=str(data)))
+    try:
+        again = reopened.partition("t", 0)
+        assert again is not None
+        assert again.producers.ongoing == {}
+        assert again.last_stable_offset == again.high_watermark == 4  # the marker at 3
+        assert again.read_committed(0, 1 << 20)[1] == [AbortedTxn(7, 0, 3, 4)]
+    finally:
+        reopened.close()
