@@ -115,9 +115,14 @@ class TransactionService:
         return found
 
     def load(self) -> None:
-        """Replay the log into the coordinator."""
+        """Replay the log into the coordinator, then abort the orphans (only when the log
+        was read whole: a state it could not read may be what covers one)."""
         partition = self._partition(False)
-        if partition is None or partition.offline_reason is not None:
+        if partition is None:
+            self._abort_orphans()
+            return
+        if partition.offline_reason is not None:
+            log.error("%s is offline: transactions are not recovered", TXN_TOPIC)
             return
         records = 0
         try:
@@ -135,7 +140,8 @@ class TransactionService:
                     records += 1
         except (StorageError, KafkaError) as exc:
             log.error("%s: replay stopped early: %s", TXN_TOPIC, exc)
-        self._abort_orphans()
+        else:
+            self._abort_orphans()
         if records:
             pending = len(self.coordinator.pending_completions())
             log.info(
