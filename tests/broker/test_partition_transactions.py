@@ -9,6 +9,7 @@ with real clients in tests/integration/.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +77,19 @@ def txn_batch(pid: int, seq: int, count: int = 2, epoch: int = 0) -> bytes:
         base_sequence=seq,
         attributes=ATTR_TRANSACTIONAL,
     )
+
+
+def open_transaction(broker: Broker, txn_id: str, tp: TopicPartition) -> int:
+    """A transaction of `txn_id` open on `tp`, through the coordinator (so its state is
+    logged, and it is no orphan after a restart); its producer id, at epoch 0."""
+
+    async def begin() -> int:
+        code, producer_id, epoch = await broker.txns.init_producer_id(txn_id, 60_000, -1, -1)
+        assert (code, epoch) == (ErrorCode.none, 0)
+        assert await broker.txns.add_partitions(txn_id, producer_id, 0, [tp]) is ErrorCode.none
+        return producer_id
+
+    return asyncio.run(begin())
 
 
 def plain(count: int = 1) -> bytes:
@@ -172,9 +186,7 @@ def test_control_batches_and_transactions_without_a_producer_are_refused(
     assert partition.log_end_offset == 0
 
 
-def test_an_exchanges_topic_refuses_transactional_writes(
-    broker: Broker, check: Check
-) -> None:
+def test_an_exchanges_topic_refuses_transactional_writes(broker: Broker, check: Check) -> None:
     broker.create_topic("x", 1)
     found = broker.partition("x", 0)
     assert found is not None
@@ -201,8 +213,8 @@ def test_open_transactions_and_lost_abort_entries_survive_a_restart(tmp_path: Pa
     partition.txn_check = Check()
     partition.publish(txn_batch(7, 0), Durability.WRITTEN)  # 0-1
     partition.write_marker(7, 0, commit=False)  # 2
-    partition.publish(txn_batch(8, 0), Durability.WRITTEN)  # 3-4, left open
-    broker.logs.flush_for_close()
+    pid = open_transaction(broker, "left-open", TopicPartition("t", 0))
+    partition.publish(txn_batch(pid, 0), Durability.WRITTEN)  # 3-4, left open
     broker.close()
     for index in (data / "t-0").glob("*.txnindex"):
         index.unlink()  # as if the crash came before the index entry was written
@@ -211,7 +223,7 @@ def test_open_transactions_and_lost_abort_entries_survive_a_restart(tmp_path: Pa
     try:
         again = reopened.partition("t", 0)
         assert again is not None
-        assert again.producers.ongoing == {8: 3}
+        assert again.producers.ongoing == {pid: 3}
         assert again.last_stable_offset == 3
         read, aborted = again.read_committed(0, 1 << 20)
         assert read is not None
@@ -226,15 +238,15 @@ def test_a_clean_stop_keeps_open_transactions_in_the_snapshot(tmp_path: Path) ->
     broker.create_topic("t", 1)
     partition = broker.partition("t", 0)
     assert partition is not None
-    partition.txn_check = Check()
     partition.publish(plain(), Durability.WRITTEN)
-    partition.publish(txn_batch(9, 0), Durability.WRITTEN)
+    pid = open_transaction(broker, "left-open", TopicPartition("t", 0))
+    partition.publish(txn_batch(pid, 0), Durability.WRITTEN)
     broker.close()
     reopened = Broker(Settings(data_dir=str(data)))
     try:
         again = reopened.partition("t", 0)
         assert again is not None
-        assert (again.producers.ongoing, again.last_stable_offset) == ({9: 1}, 1)
+        assert (again.producers.ongoing, again.last_stable_offset) == ({pid: 1}, 1)
     finally:
         reopened.close()
 
