@@ -30,6 +30,7 @@ client's batching decisions nor a guess at the request size enter the figure.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 import uuid
@@ -1130,10 +1131,14 @@ def transactions(run: Run) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {IDEMPOTENT_CASE: [], TXN_CASE: []}
     failures: dict[str, str] = {}
     with run.broker() as target:
-        topic, _ = create_topic(target, 1, "transactions")
         for round_number in range(rounds):
             for name, per in ((IDEMPOTENT_CASE, None), (TXN_CASE, TRANSACTION_MESSAGES)):
                 run.log(f"  {name}, round {round_number + 1} of {rounds} ...")
+                # A topic of its own per measurement, deleted after, and the machine's
+                # dirty pages written out first: every one starts from an empty log, not
+                # behind gigabytes the kernel is still writing back.
+                topic, _ = create_topic(target, 1, "transactions")
+                os.sync()
                 try:
                     figures = measure_produce(
                         run, target, topic, KB, 1, duration_s,
@@ -1143,8 +1148,9 @@ def transactions(run: Run) -> dict[str, Any]:
                 except Exception as exc:
                     failures[name] = f"{type(exc).__name__}: {exc}"
                     continue
+                finally:
+                    delete_topic(target, topic)
                 runs[name].append(figures)
-        delete_topic(target, topic)
     cases: list[dict[str, Any]] = []
     for name, measured in runs.items():
         if name in failures:
@@ -1164,7 +1170,7 @@ def transactions(run: Run) -> dict[str, Any]:
                        f"idempotent; '{TXN_CASE}': with a transactional.id, "
                        f"begin_transaction, {TRANSACTION_MESSAGES:,} produce() calls, "
                        f"commit_transaction, again until {duration_s:g} s; the two cases "
-                       f"alternate on one broker and topic, {rounds} round(s) each; "
+                       f"alternate on one broker, each on a new topic, {rounds} round(s) each; "
                        "figures of each case's median round",
         "params": {"rounds": rounds, "duration_s": duration_s,
                    "transaction_messages": TRANSACTION_MESSAGES, "value_bytes": KB},
