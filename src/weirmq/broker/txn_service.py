@@ -25,9 +25,9 @@ decisions out, in the order that makes a crash in any phase recoverable:
   is only written where the producer still has a transaction open, so nothing is
   doubled);
 - **orphans**: a partition that, after a crash, holds an open transaction its coordinator
-  does not know (the transaction's own record was lost, which a client that waits for
-  AddPartitionsToTxn's answer never causes) gets an abort marker at the start, so that its
-  last stable offset cannot stay stuck;
+  does not know (the AddPartitionsToTxn record that let it in was answered before its
+  fsync, and the crash took it) gets an abort marker at the start, so that its last
+  stable offset cannot stay stuck;
 - **its timer**: every `transaction_abort_timed_out_transaction_cleanup_interval_ms` it
   aborts, fencing their producers, the transactions open past their timeout, expires ids
   idle past `transactional_id_expiration_ms`, and completes what a crash or a failed
