@@ -621,16 +621,7 @@ class ConsumerGroup:
                 )
             if member_id in self._members:
                 raise invalid_request(f"MemberId {member_id} is already used.")
-            replacement = replace(
-                existing,
-                member_id=member_id,
-                member_epoch=JOIN_EPOCH,
-                previous_member_epoch=JOIN_EPOCH,
-                state=MemberState.STABLE,
-                pending_revocation=frozenset(),
-                rebalance_deadline_ms=None,
-            )
-            return replacement, existing.member_id, False
+            return _static_replacement(existing, member_id), existing.member_id, False
         known = self._members.get(member_id)
         if known is not None:
             if known.classic is None:
@@ -929,16 +920,7 @@ class ConsumerGroup:
         member_id = request.member_id or self._fresh_member_id()
         if member_id in self._members:
             raise invalid_request(f"MemberId {member_id} is already used by another member.")
-        replacement = replace(
-            existing,
-            member_id=member_id,
-            member_epoch=JOIN_EPOCH,
-            previous_member_epoch=JOIN_EPOCH,
-            state=MemberState.STABLE,
-            pending_revocation=frozenset(),
-            rebalance_deadline_ms=None,
-        )
-        return replacement, existing.member_id, False
+        return _static_replacement(existing, member_id), existing.member_id, False
 
     def _new_member(self, member_id: str) -> ConsumerGroupMember:
         self._check_room()
@@ -1340,3 +1322,17 @@ def assigned_topics(
         if topic_id in names
     )
     return tuple(AssignedTopic(topic_id, name, ps) for name, topic_id, ps in entries)
+
+
+def _static_replacement(existing: ConsumerGroupMember, member_id: str) -> ConsumerGroupMember:
+    """A static member's new incarnation (KIP-345): `existing`'s assignment under a new
+    member id, joining at epoch 0 with nothing pending."""
+    return replace(
+        existing,
+        member_id=member_id,
+        member_epoch=JOIN_EPOCH,
+        previous_member_epoch=JOIN_EPOCH,
+        state=MemberState.STABLE,
+        pending_revocation=frozenset(),
+        rebalance_deadline_ms=None,
+    )
