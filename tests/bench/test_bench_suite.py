@@ -19,7 +19,7 @@ from weirmq.testing import Broker
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WORKLOADS = ["startup", "idle", "produce", "consume", "requests", "latency", "partitions",
-             "stop", "routing", "rebalance", "delay", "share", "amqp", "sqs"]
+             "stop", "routing", "rebalance", "delay", "share", "amqp", "sqs", "transactions"]
 
 
 def bench(*args: str, cwd: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:

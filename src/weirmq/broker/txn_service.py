@@ -6,28 +6,21 @@ decisions out, in the order that makes a crash in any phase recoverable:
 - **its log**, the internal topic `__transaction_state` (one partition, compacted by the
   log cleaner: the newest record per transactional id is its state). Every decided state
   is appended and made current at once (appends are synchronous on the loop, so the
-  in-memory state follows the log's order). InitProducerId and EndTxn are answered only
-  once the log is fsynced past their state (an epoch bump or an outcome a crash took back
-  would let two producers, or two outcomes, be believed). AddPartitionsToTxn,
-  AddOffsetsToTxn and TxnOffsetCommit are answered once appended: losing one in a crash
-  loses the transaction it belongs to, which then never commits (its EndTxn is refused,
-  and what it wrote is aborted as an orphan at the start), and the PREPARE that decides
-  a commit is fsynced after them in the same log, so no commit rests on a state that
-  was not durable. That saves one fsync per transaction;
+  in-memory state follows the log's order), and the request is answered only once the
+  log is fsynced past it; an answer that logs nothing still waits for the log's end, so
+  nobody is told of a state a crash could take back;
 - **ending a transaction** (`_complete`): PREPARE_COMMIT or PREPARE_ABORT is made durable
-  first, and EndTxn is answered then, as Kafka answers it: the outcome is decided; then a
-  marker goes to each of the transaction's partitions (`Partition.write_marker`) and, on
-  commit, its pending offsets to their groups; once all of those are durable,
-  COMPLETE_* is logged. A request of the same id that comes meanwhile (the producer's
-  next AddPartitionsToTxn, usually) waits for that, up to `COMPLETION_WAIT_S`, rather
-  than being sent back with CONCURRENT_TRANSACTIONS to retry after a backoff. After a
+  first; then a marker goes to each of the transaction's partitions
+  (`Partition.write_marker`) and, on commit, its pending offsets to their groups; once
+  all of those are durable, COMPLETE_* is logged, and EndTxn is answered. While markers
+  are written, other requests of the id get CONCURRENT_TRANSACTIONS and retry. After a
   crash, ids found in PREPARE_* are completed at the first tick after the start (a marker
   is only written where the producer still has a transaction open, so nothing is
   doubled);
 - **orphans**: a partition that, after a crash, holds an open transaction its coordinator
-  does not know (the AddPartitionsToTxn record that let it in was answered before its
-  fsync, and the crash took it) gets an abort marker at the start, so that its last
-  stable offset cannot stay stuck;
+  does not know (a write let in by a state appended but not yet fsynced, which the crash
+  took) gets an abort marker at the start, so that its last stable offset cannot stay
+  stuck;
 - **its timer**: every `transaction_abort_timed_out_transaction_cleanup_interval_ms` it
   aborts, fencing their producers, the transactions open past their timeout, expires ids
   idle past `transactional_id_expiration_ms`, and completes what a crash or a failed
@@ -79,9 +72,6 @@ TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(16 * 1024
 MAX_COMPLETING = 1_000
 """Transaction ends (markers being written) in flight at most."""
 _OPEN = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
-COMPLETION_WAIT_S = 10.0
-"""How long a request waits for its id's end to complete before it is answered
-CONCURRENT_TRANSACTIONS (retriable) instead."""
 
 
 class TransactionService:
@@ -227,14 +217,12 @@ class TransactionService:
         self, transactional_id: str, timeout_ms: int, expected_pid: int, expected_epoch: int
     ) -> tuple[ErrorCode, int, int]:
         self.poke()
-        if not await self._settled(transactional_id):
-            return ErrorCode.concurrent_transactions, -1, -1
         now = self._broker.clock()
         result = self.coordinator.init_producer_id(
             transactional_id, timeout_ms, expected_pid, expected_epoch, now
         )
         if result.abort is not None:
-            self._start_completion(result.abort)  # the client asks again; it then waits
+            self._start_completion(result.abort)  # the client asks again
             return result.error, -1, -1
         if result.error is not ErrorCode.none:
             return result.error, -1, -1
@@ -246,20 +234,16 @@ class TransactionService:
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, tps: Iterable[TopicPartition]
     ) -> ErrorCode:
-        if not await self._settled(transactional_id):
-            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.add_partitions(transactional_id, producer_id, epoch, tps, now)
-        return self._appended(outcome)
+        return await self._answer(outcome)
 
     async def add_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
     ) -> ErrorCode:
-        if not await self._settled(transactional_id):
-            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.add_offsets(transactional_id, producer_id, epoch, group_id, now)
-        return self._appended(outcome)
+        return await self._answer(outcome)
 
     async def txn_offset_commit(
         self,
@@ -269,19 +253,15 @@ class TransactionService:
         group_id: str,
         offsets: Mapping[TopicPartition, PendingOffset],
     ) -> ErrorCode:
-        if not await self._settled(transactional_id):
-            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.txn_offset_commit(
             transactional_id, producer_id, epoch, group_id, offsets, now
         )
-        return self._appended(outcome)
+        return await self._answer(outcome)
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> ErrorCode:
-        if not await self._settled(transactional_id):
-            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         result: EndResult = self.coordinator.end_txn(
             transactional_id, producer_id, epoch, commit, now
@@ -292,34 +272,15 @@ class TransactionService:
             return result.error
         if len(self._completing) >= MAX_COMPLETING:
             return ErrorCode.concurrent_transactions
-        _task, prepared = self._begin_completion(result.prepare)
-        # Answered once PREPARE is durable (the outcome is decided); the markers follow.
-        # Shielded: a client that goes away must not cancel anything half way.
-        return await asyncio.shield(prepared)
+        task, _prepared = self._begin_completion(result.prepare)
+        # Answered once COMPLETE is logged. Shielded: a client that goes away must not
+        # cancel the end half way.
+        return await asyncio.shield(task)
 
-    async def _settled(self, transactional_id: str) -> bool:
-        """Wait for the id's end in progress, if any (at most `COMPLETION_WAIT_S`); False
-        if it is still running then."""
-        running = self._completing.get(transactional_id)
-        if running is None:
-            return True
-        try:
-            await asyncio.wait_for(asyncio.shield(running), COMPLETION_WAIT_S)
-        except TimeoutError:
-            return False
-        return True
-
-    def _appended(self, outcome: Outcome) -> ErrorCode:
-        """Log `outcome`'s state without waiting for its fsync (see the module docstring:
-        the requests whose state may be lost in a crash)."""
-        if outcome.error is not ErrorCode.none or outcome.log is None:
+    async def _answer(self, outcome: Outcome) -> ErrorCode:
+        if outcome.error is not ErrorCode.none:
             return outcome.error
-        try:
-            self._log([(outcome.log.transactional_id, outcome.log)])
-        except KafkaError as exc:
-            log.error("%s: write failed: %s", TXN_TOPIC, exc)
-            return ErrorCode.coordinator_not_available
-        return ErrorCode.none
+        return await self._logged(outcome.log)
 
     def check_write(self, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """For `Partition.txn_check` (KIP-890 part 1)."""
