@@ -421,6 +421,9 @@ def test_keyboard_shortcuts_and_focus(console: Console) -> None:
         page.keyboard.press(keys[0])
         page.keyboard.press(keys[1])
         page.wait_for_function("f => location.hash === f", arg=fragment)
+        # The page renders after the hash moves (it fetches its data first): wait for
+        # its heading, or the previous page's may still be read.
+        page.wait_for_function("h => document.querySelector('h1')?.innerText === h", arg=heading)
         assert page.locator("h1").inner_text() == heading
 
     page.keyboard.press("/")
