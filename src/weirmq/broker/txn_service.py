@@ -272,7 +272,7 @@ class TransactionService:
             return result.error
         if len(self._completing) >= MAX_COMPLETING:
             return ErrorCode.concurrent_transactions
-        task, _prepared = self._begin_completion(result.prepare)
+        task = self._start_completion(result.prepare)
         # Answered once COMPLETE is logged. Shielded: a client that goes away must not
         # cancel the end half way.
         return await asyncio.shield(task)
@@ -289,47 +289,33 @@ class TransactionService:
     # --- ending a transaction -------------------------------------------------------------
 
     def _start_completion(self, prepared: TxnMetadata) -> asyncio.Future[ErrorCode]:
-        """`_begin_completion`'s task: done once the end is complete (or failed)."""
-        return self._begin_completion(prepared)[0]
-
-    def _begin_completion(
-        self, prepared: TxnMetadata
-    ) -> tuple[asyncio.Future[ErrorCode], asyncio.Future[ErrorCode]]:
         """Log `prepared` (PREPARE_*) now and complete it in a task of its own, so that a
-        client that goes away does not leave it half done. Returns the task and a future
-        settled once PREPARE is durable (with the error to answer EndTxn)."""
+        client that goes away does not leave it half done; the task's result is the error
+        to answer EndTxn."""
         loop = asyncio.get_running_loop()
         txn_id = prepared.transactional_id
-        on_prepared: asyncio.Future[ErrorCode] = loop.create_future()
         running = self._completing.get(txn_id)
         if running is not None:
-            on_prepared.set_result(ErrorCode.concurrent_transactions)
-            return running, on_prepared
+            return running
         if self.coordinator.txns.get(txn_id) is not prepared:
             try:
                 self._log([(txn_id, prepared)])
             except KafkaError as exc:
                 log.error("%s: cannot log %s: %s", txn_id, prepared.state.name, exc)
-                on_prepared.set_result(ErrorCode.coordinator_not_available)
-                return on_prepared, on_prepared
-        task = loop.create_task(self._complete(prepared, on_prepared))
+                failed: asyncio.Future[ErrorCode] = loop.create_future()
+                failed.set_result(ErrorCode.coordinator_not_available)
+                return failed
+        task = loop.create_task(self._complete(prepared))
         self._completing[txn_id] = task
         task.add_done_callback(lambda _t: self._completing.pop(txn_id, None))
-        return task, on_prepared
+        return task
 
-    async def _complete(
-        self, prepared: TxnMetadata, on_prepared: asyncio.Future[ErrorCode]
-    ) -> ErrorCode:
+    async def _complete(self, prepared: TxnMetadata) -> ErrorCode:
         broker = self._broker
         commit = prepared.state is TxnState.PREPARE_COMMIT
         txn_id = prepared.transactional_id
         try:
-            try:
-                await self._durable()
-                on_prepared.set_result(ErrorCode.none)
-            finally:
-                if not on_prepared.done():  # PREPARE not durable: the timer tries again
-                    on_prepared.set_result(ErrorCode.coordinator_not_available)
+            await self._durable()  # PREPARE first: no marker before the outcome is durable
             waits: list[Awaitable[None]] = []
             for tp in sorted(prepared.partitions):
                 partition = broker.partitions.get(tp)
