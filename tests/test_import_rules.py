@@ -79,7 +79,9 @@ RULES: dict[str, Rule] = {
     "admin": Rule(
         ("broker", "settings", "types", "errors", "__version__", "protocols.kafka.dispatch")
     ),
-    "spark": Rule(()),  # talks to the broker through a Kafka client only
+    # Talks to the broker through Kafka clients only: confluent-kafka, and the CLI's
+    # one-request-at-a-time client for what librdkafka cannot send (the driver's EndTxn).
+    "spark": Rule(("cli.kafka_request", "cli.clients")),
     # A client of any broker: runs `weirmq serve` as a process, reads only default settings.
     "bench": Rule(("__version__", "settings")),
     "cli": Rule(EVERYTHING),

@@ -109,11 +109,9 @@ def test_exactly_once_batch_write_is_read_back_exactly(spark: Any, bootstrap: st
     assert sorted(values) == sorted(v.encode() for _, v in rows)
 
 
-def test_a_failed_job_shows_each_task_whole_or_not_at_all(
-    spark: Any, bootstrap: str, topic_name: str
-):
-    """The documented limit: a task is atomic, a job is not. The session never retries, so
-    the task given a failing row fails the job; the other task may have committed first."""
+def test_a_failed_job_shows_nothing(spark: Any, bootstrap: str, topic_name: str):
+    """A job is atomic: the session never retries, so the task given a failing row fails
+    the job, and the other task's rows, written and prepared, are aborted with it."""
     from pyspark.sql.functions import udf
 
     @udf("string", useArrow=False)
@@ -131,9 +129,7 @@ def test_a_failed_job_shows_each_task_whole_or_not_at_all(
             topic_name,
             deliveryGuarantee="exactly-once",
         ).save()
-    visible = sorted(read_values(bootstrap, topic_name, 1, committed=True))
-    first_task = sorted(str(i).encode() for i in range(100))
-    assert visible in ([], first_task)
+    assert read_values(bootstrap, topic_name, 1, committed=True) == []
 
 
 def test_aborting_a_write_aborts_the_transaction_a_lost_task_left_open(
@@ -166,6 +162,122 @@ def test_aborting_a_write_aborts_the_transaction_a_lost_task_left_open(
     assert read_values(bootstrap, topic_name, 1, committed=True) == [b"after"]
     with pytest.raises(KafkaException, match="fenced"):
         lost.commit_transaction(30)
+
+
+def _prepare(bootstrap: str, topic: str, task: Any, values: list[str]) -> Any:
+    """Phase one of one task, as an executor runs it, outside Spark: its rows go to the
+    topic's partition of the task's number."""
+    import pyarrow as pa
+
+    from weirmq.spark.write import write_transactionally
+
+    rows = pa.RecordBatch.from_pydict(
+        {"value": [v.encode() for v in values], "partition": [task.partition] * len(values)}
+    )
+    client = {"bootstrap.servers": bootstrap}
+    return write_transactionally(iter([rows]), client, topic, task)
+
+
+def _ends(bootstrap: str, topic: str, partitions: int, *, committed: bool) -> list[int]:
+    """Each partition's end for a read_committed reader (the last stable offset) or a
+    read_uncommitted one (the high watermark)."""
+    isolation = "read_committed" if committed else "read_uncommitted"
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "eos-ends", "isolation.level": isolation}
+    )
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+def _open_tasks(bootstrap: str, topic_name: str, write_id: str, batch_id: int) -> list[Any]:
+    from weirmq.spark.write import TaskIdentity, ensure_commits_topic
+
+    ensure_commits_topic({"bootstrap.servers": bootstrap})
+    prepared = []
+    for partition in range(2):
+        task = TaskIdentity("eos-test", write_id, batch_id, partition)
+        records, txn = _prepare(
+            bootstrap, topic_name, task, [f"{partition}-{i}" for i in range(50)]
+        )
+        assert records == 50 and txn is not None and txn.partition == partition
+        prepared.append(txn)
+    return prepared
+
+
+def test_a_driver_dying_in_its_commit_is_rolled_forward_by_the_replay(
+    bootstrap: str, topic_name: str, monkeypatch: pytest.MonkeyPatch
+):
+    """The decision is logged, the first transaction committed, then the driver dies:
+    the batch is decided, so the replay's tasks write nothing and its driver commits the
+    second transaction; every row is there once."""
+    from weirmq.spark import twophase
+    from weirmq.spark.write import TaskIdentity, decision_group
+
+    create_topic(bootstrap, topic_name, 2)
+    client = {"bootstrap.servers": bootstrap}
+    group = decision_group("eos-test", "query-1")
+    prepared = _open_tasks(bootstrap, topic_name, "query-1", 7)
+    # Both transactions are open, and stay open once their producers are gone: the rows
+    # are in the log, read_committed readers are held at the first.
+    assert _ends(bootstrap, topic_name, 2, committed=False) == [50, 50]
+    assert _ends(bootstrap, topic_name, 2, committed=True) == [0, 0]
+
+    real_end = twophase.Coordinator.end
+    ended: list[str] = []
+
+    def end_then_die(self: Any, txn: Any, *, commit: bool) -> int:
+        if ended:
+            raise SystemExit("the driver dies")
+        ended.append(txn.transactional_id)
+        return real_end(self, txn, commit=commit)
+
+    monkeypatch.setattr(twophase.Coordinator, "end", end_then_die)
+    with pytest.raises(SystemExit):
+        twophase.commit(client, group, 7, prepared)
+    monkeypatch.setattr(twophase.Coordinator, "end", real_end)
+    assert ended == [prepared[0].transactional_id]
+    assert twophase.decided_batches(client, group)[0] == 8
+
+    # The replay: its tasks see the decision and write nothing; its driver rolls forward.
+    for partition in range(2):
+        task = TaskIdentity("eos-test", "query-1", 7, partition)
+        assert _prepare(bootstrap, topic_name, task, ["again"]) is None
+    twophase.commit(client, group, 7, [])
+    expected = sorted(f"{p}-{i}".encode() for p in range(2) for i in range(50))
+    assert sorted(read_values(bootstrap, topic_name, 2, committed=True)) == expected
+    # Committing again (Spark's own retry of the commit) changes nothing.
+    twophase.commit(client, group, 7, [])
+    assert sorted(read_values(bootstrap, topic_name, 2, committed=True)) == expected
+
+
+def test_a_batch_whose_task_was_fenced_before_the_commit_is_aborted_whole(
+    bootstrap: str, topic_name: str
+):
+    """A transaction fenced after its task reported it (another attempt started) fails the
+    commit before anything is decided, and the other task's transaction is aborted."""
+    from confluent_kafka import Producer
+
+    from weirmq.spark import twophase
+    from weirmq.spark.write import decision_group
+
+    create_topic(bootstrap, topic_name, 2)
+    client = {"bootstrap.servers": bootstrap}
+    group = decision_group("eos-test", "query-2")
+    prepared = _open_tasks(bootstrap, topic_name, "query-2", 0)
+    zombie = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": prepared[1].transactional_id}
+    )
+    zombie.init_transactions(30)  # aborts partition 1's transaction, bumps its epoch
+    with pytest.raises(twophase.TwoPhaseError, match=r"partition 1: .*fenced by another attempt"):
+        twophase.commit(client, group, 0, prepared)
+    assert twophase.decided_batches(client, group)[0] == 0
+    assert read_values(bootstrap, topic_name, 2, committed=True) == []
+    assert len(read_values(bootstrap, topic_name, 2, committed=False)) == 100
 
 
 @pytest.mark.slow

@@ -27,14 +27,14 @@ Spark runs a Python data source in Python worker processes: the driver side (`re
   checkpoints; Spark's never commits). Spark calls `commit` late (when it plans the next
   batch), so the lag shown is an upper bound; the checkpoint, not the group, is where the
   query resumes from, and a refused commit is only logged.
-- Writes are at-least-once, or with `deliveryGuarantee=exactly-once` one Kafka transaction
-  per task, committed by the task with a marker that makes a retried or replayed task
-  write nothing twice (write.py says how and why the task, not the driver, commits). A
-  task learns its identity from Spark: its partition id, and for a stream the persistent
-  query id and the batch id Spark sets as local properties of the batch's jobs; a batch
-  write's id is drawn on the driver when Spark makes the writer. The driver's `abort`
-  fences the transactions of the tasks that failed, so that they do not hold
-  read_committed readers back until they time out.
+- Writes are at-least-once, or with `deliveryGuarantee=exactly-once` a two-phase commit:
+  each task writes in a Kafka transaction it leaves open, and the writer's `commit` (Spark's
+  batch commit, on the driver) commits them all, idempotently on a replay (twophase.py,
+  write.py). A task learns its identity from Spark: its partition id, and for a stream the
+  persistent query id and the batch id Spark sets as local properties of the batch's jobs;
+  a batch write's id is drawn on the driver when Spark makes the writer. The driver's
+  `abort` aborts the prepared transactions and fences those of the tasks that failed, so
+  that they do not hold read_committed readers back until they time out.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from weirmq.spark import twophase
 from weirmq.spark.cluster import Cluster, ClusterError, make_producer
 from weirmq.spark.options import (
     EARLIEST,
@@ -83,10 +84,11 @@ from weirmq.spark.planning import (
 )
 from weirmq.spark.read import DataLossError, consumer_config, data_loss_message, read_range
 from weirmq.spark.schema import check_sink_schema, spark_schema
+from weirmq.spark.twophase import PreparedTxn
 from weirmq.spark.write import (
     TaskIdentity,
+    decision_group,
     ensure_commits_topic,
-    fence,
     write_batches,
     write_transactionally,
 )
@@ -400,10 +402,12 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 @dataclass
 class WriteResult(WriterCommitMessage):
     """What one write task reports: how many records it wrote (None: an exactly-once task
-    whose rows were already committed, by an earlier attempt or run)."""
+    of a batch already decided, by an earlier run), and with exactly-once the transaction
+    it left open for the driver to commit (None: it wrote no row)."""
 
     records: int | None
     partition: int = -1
+    txn: PreparedTxn | None = None
 
 
 def _partition_id(*, required: bool) -> int:
@@ -439,29 +443,50 @@ def _write(iterator: Iterator[Any], opts: WriteOptions, task: TaskIdentity | Non
         return WriteResult(
             write_batches(iterator, opts.client, opts.topic), _partition_id(required=False)
         )
-    records = write_transactionally(iterator, opts.client, opts.topic, task)
-    return WriteResult(records, task.partition)
+    prepared = write_transactionally(iterator, opts.client, opts.topic, task)
+    if prepared is None:
+        return WriteResult(None, task.partition)
+    records, txn = prepared
+    return WriteResult(records, task.partition, txn)
 
 
-def _fence_failed(
-    opts: WriteOptions, write_id: str, messages: list[WriterCommitMessage | None]
+def _commit(
+    opts: WriteOptions, write_id: str, batch_id: int, messages: list[WriterCommitMessage | None]
 ) -> None:
-    """Aborts the open transactions of the tasks without a commit message (failed ones)."""
+    """Phase two of an exactly-once write (twophase.py)."""
     if not opts.exactly_once:
         return
-    for partition, message in enumerate(messages):
-        if message is None:
-            task = TaskIdentity(opts.transactional_id_prefix, write_id, 0, partition)
-            try:
-                fence(opts.client, task.transactional_id)
-            except Exception as exc:  # best effort: the transaction timeout aborts it anyway
-                log.warning("could not abort %s: %s", task.transactional_id, exc)
+    group = decision_group(opts.transactional_id_prefix, write_id)
+    twophase.commit(opts.client, group, batch_id, twophase.prepared_of(messages))
+    _log_skipped(messages, f"batch {batch_id} of {write_id}")
+
+
+def _abort(
+    opts: WriteOptions, write_id: str, batch_id: int, messages: list[WriterCommitMessage | None]
+) -> None:
+    """Aborts the prepared transactions, and those the failed tasks (no commit message)
+    left open, unless the batch was decided (then it is rolled forward)."""
+    if not opts.exactly_once:
+        return
+    failed = [
+        TaskIdentity(opts.transactional_id_prefix, write_id, batch_id, partition).transactional_id
+        for partition, message in enumerate(messages)
+        if message is None
+    ]
+    group = decision_group(opts.transactional_id_prefix, write_id)
+    try:
+        left = twophase.abort(opts.client, group, batch_id, twophase.prepared_of(messages), failed)
+    except Exception as exc:  # best effort: the transaction timeout aborts them anyway
+        log.warning("could not abort the transactions of %s: %s", write_id, exc)
+        return
+    for problem in left:
+        log.warning("could not abort %s", problem)
 
 
 def _log_skipped(messages: list[WriterCommitMessage | None], what: str) -> None:
     skipped = [m.partition for m in messages if isinstance(m, WriteResult) and m.records is None]
     if skipped:
-        log.info("%s: partitions %s were already committed, not written again", what, skipped)
+        log.info("%s: partitions %s were decided before, not written again", what, skipped)
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -482,10 +507,10 @@ class BatchWriter(DataSourceArrowWriter):
         return _write(iterator, self.opts, task)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _log_skipped(messages, f"write {self.write_id}")
+        _commit(self.opts, self.write_id, 0, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _fence_failed(self.opts, self.write_id, messages)
+        _abort(self.opts, self.write_id, 0, messages)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
@@ -498,17 +523,26 @@ class StreamWriter(DataSourceStreamArrowWriter):
         task = _stream_task(self.opts) if self.opts.exactly_once else None
         result = _write(iterator, self.opts, task)
         if task is not None:
-            return StreamWriteResult(result.records, result.partition, task.write_id)
+            return StreamWriteResult(result.records, result.partition, result.txn, task.write_id)
         return result
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _log_skipped(messages, f"batch {batchId}")
+        query_id = _query_id(messages)
+        if query_id is not None:
+            _commit(self.opts, query_id, batchId, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        # The query id is known only to tasks; one that succeeded tells it.
-        ids = {m.query_id for m in messages if isinstance(m, StreamWriteResult)}
-        if len(ids) == 1:
-            _fence_failed(self.opts, ids.pop(), messages)
+        query_id = _query_id(messages)
+        if query_id is not None:
+            _abort(self.opts, query_id, batchId, messages)
+
+
+def _query_id(messages: list[WriterCommitMessage | None]) -> str | None:
+    """The query id, known only to tasks: every exactly-once task reports it (None: no
+    task of the batch succeeded, or the write is at-least-once)."""
+    ids = {m.query_id for m in messages if isinstance(m, StreamWriteResult)}
+    assert len(ids) <= 1, f"one micro-batch's tasks name {len(ids)} queries"
+    return ids.pop() if ids else None
 
 
 @dataclass

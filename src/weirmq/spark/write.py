@@ -14,65 +14,56 @@ only after every one of its records is acknowledged (`flush`), and fails if any 
 refused, so Spark retries it; a retried task (or a micro-batch replayed after a crash)
 writes its rows again.
 
-**exactly-once** (`write_transactionally`): per Spark task, not per job. A task is named
-by a *write id* and a *batch id* (a streaming query's persistent id and the micro-batch's
-id; a batch write's own random id and 0) and Spark's partition id. It writes:
+**exactly-once** (`write_transactionally`): phase one of a two-phase commit whose phase
+two is Spark's batch commit, on the driver (twophase.py, which says why and how). A task
+is named by a *write id* and a *batch id* (a streaming query's persistent id and the
+micro-batch's id; a batch write's own random id and 0) and Spark's partition id. It:
 
-    init_transactions(tid)          tid = <prefix>-<write id>-<partition>: fences every
-                                    other attempt of the same task and waits until their
-                                    open transaction is aborted (or their commit finished)
-    committed(marker group)         offset > batch id: this task's rows are already
-                                    committed (a replay, or a retry after a commit whose
-                                    task then died): write nothing
-    begin; produce every row;
-    send_offsets_to_transaction     marker: offset batch id + 1, on COMMITS_TOPIC, for the
-                                    group <prefix>-<write id>-<partition>
-    commit_transaction              the rows and the marker become visible together
+    decided(decision group)          the driver has decided this batch already (a replay
+                                     after a crash): write nothing, touch no transaction
+    init_transactions(tid)           tid = <prefix>-<write id>-<partition>: fences every
+                                     other attempt of the same task, aborting what it left
+                                     open
+    begin; produce the first row; flush; describe(tid): the producer id and epoch of this
+        attempt's transaction, read from the coordinator (librdkafka does not tell them)
+    produce every other row; flush
+    describe(tid) again              still open at the same producer id and epoch: no other
+                                     attempt fenced this one after its first row
+    return PreparedTxn               Spark's commit message; the transaction stays open
+
+The producer is dropped, not closed: confluent-kafka's `close()` aborts an open
+transaction (its destructor does not; a test checks that the transaction survives). A task
+with no rows opens no transaction and reports none.
 
 The transactional id leaves out the batch id on purpose: a stream's task of partition p
 then fences a zombie attempt of an earlier batch too, and a stream uses as many ids as it
 has partitions, not a new set per micro-batch (the broker holds a bounded number).
 
-Why the task commits, and not the driver after every task succeeded (the two-phase commit
-of Flink's Kafka sink): a Kafka client can only end a transaction it began, and librdkafka
-(confluent-kafka) cannot resume another process's transaction from its producer id and
-epoch, which is what Flink does through the Java client's internals; nor can a task hold
-its transaction open until the driver decides, as Spark calls the driver's commit only
-after every task has returned. So the unit of
-atomicity is one task: read_committed readers never see part of a task's rows, never see a
-failed attempt's rows (its transaction is aborted, by itself or by the fencing of the next
-attempt), and never see a task's rows twice (the marker commits atomically with them and
-is checked after fencing, so two attempts cannot both commit). Across tasks there is no
-atomicity: a job (or micro-batch) that fails leaves the tasks that had committed visible;
-a batch write run again is a new write, so those rows appear again. A replayed micro-batch
-(same query id and batch id) skips the tasks that had committed, provided it puts the same
-rows in the same Spark partitions, as a deterministic query does.
-
-Bounds: one producer (librdkafka's own bounded queue; `BufferError` makes us poll) and one
-consumer per task; every wait on the broker is bounded by `TXN_TIMEOUT_S` or the
+Bounds: one producer (librdkafka's own bounded queue; `BufferError` makes us poll), one
+consumer (the decision's check) and one connection to the coordinator per task; every wait
+on the broker is bounded by `TXN_TIMEOUT_S` or the
 transaction timeout (`DEFAULT_TRANSACTION_TIMEOUT_MS` unless `kafka.transaction.timeout.ms`
-says otherwise: a task must finish writing within it, or the broker aborts its transaction
-and the task fails).
+says otherwise: a task must finish writing, and the driver commit the batch, within it, or
+the broker aborts the transaction and the batch fails).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from weirmq.spark.twophase import COMMITS_TOPIC, Coordinator, PreparedTxn, decided_batches
 
 FLUSH_POLL_S = 1.0
 TXN_TIMEOUT_S = 60.0
 """Longest wait for one transactional step (init, offsets, commit, abort) or a lookup."""
 DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
-"""A task's transaction is open while it writes: long enough for a large task, short enough
-that a transaction left open by a lost executor does not hold read_committed readers back
-for long (a retry fences it at once anyway). Below Kafka's default maximum, 15 min."""
-COMMITS_TOPIC = "__weirmq_spark_commits"
-"""Anchors the exactly-once markers: each task commits an offset of its partition 0 to a
-group of its own. No record is ever written to it."""
-COMMITS_PARTITION = 0
+"""A task's transaction is open while it writes and until the driver commits the batch:
+long enough for a large batch (and a driver's restart after a crash in its commit), short
+enough that a transaction left open by a lost executor does not hold read_committed readers
+back for long (a retry fences it at once anyway). Below Kafka's default maximum, 15 min."""
 
 # Producer settings the exactly-once mode owns: a transaction needs idempotence and acks=all.
 _TRANSACTIONAL_OVERRIDES = {"enable.idempotence": "true", "acks": "all"}
@@ -96,8 +87,13 @@ class TaskIdentity:
         return f"{self.prefix}-{self.write_id}-{self.partition}"
 
     @property
-    def marker_group(self) -> str:
-        return f"{self.prefix}-{self.write_id}-{self.partition}"
+    def decision_group(self) -> str:
+        """The group whose offset on COMMITS_TOPIC counts the write's decided batches."""
+        return decision_group(self.prefix, self.write_id)
+
+
+def decision_group(prefix: str, write_id: str) -> str:
+    return f"{prefix}-{write_id}"
 
 
 def producer_config(client: Mapping[str, str], on_error: Any) -> dict[str, Any]:
@@ -133,58 +129,62 @@ def write_batches(batches: Iterator[Any], client: Mapping[str, str], topic: str 
 
 def write_transactionally(
     batches: Iterator[Any], client: Mapping[str, str], topic: str | None, task: TaskIdentity
-) -> int | None:
-    """Exactly once per task (module docstring): returns the number of records committed,
-    or None when this task's rows were already committed (nothing is written again)."""
+) -> tuple[int, PreparedTxn | None] | None:
+    """Phase one (module docstring): the number of records written and the transaction
+    left open for the driver to commit (None when no row was written), or None when the
+    batch is decided already (nothing is written again)."""
     from confluent_kafka import Producer
 
+    decided, _ = decided_batches(client, task.decision_group)
+    if decided > task.batch_id:
+        for _ in batches:  # Spark expects its input consumed
+            pass
+        return None
     failures: list[str] = []
     config = transactional_config(client, task.transactional_id)
     producer = Producer(producer_config(config, _failure_collector(failures)))
-    # Fences earlier attempts and settles their transaction before the marker is read, so
-    # no attempt can commit between the check and our own commit.
     producer.init_transactions(TXN_TIMEOUT_S)
-    consumer = _marker_consumer(client, task.marker_group)
-    try:
-        if committed_batches(consumer) > task.batch_id:
-            for _ in batches:  # Spark expects its input consumed
-                pass
-            return None
-        producer.begin_transaction()
-        try:
-            written = _produce_all(producer, batches, topic, failures)
-            _raise_failures(failures)
-            marker = _commits_partition(task.batch_id + 1)
-            metadata = consumer.consumer_group_metadata()
-            producer.send_offsets_to_transaction([marker], metadata, TXN_TIMEOUT_S)
-            producer.commit_transaction(TXN_TIMEOUT_S)
-        except Exception as exc:
-            _abort_quietly(producer)
-            if failures:  # the refused records say more than "the commit failed"
-                raise WriteError(_failure_message(failures)) from exc
-            raise
+    producer.begin_transaction()
+    coordinator = Coordinator.open(client["bootstrap.servers"], [task.transactional_id])
+    opened: list[PreparedTxn] = []
+
+    def after_first_row() -> None:
+        _flush(producer)
         _raise_failures(failures)
-        return written
+        opened.append(_describe(coordinator, task))
+
+    try:
+        written = _produce_all(producer, batches, topic, failures, after_first_row)
+        _flush(producer)
+        _raise_failures(failures)
+        if not opened:  # no row: nothing to prepare
+            producer.abort_transaction(TXN_TIMEOUT_S)
+            return written, None
+        if _describe(coordinator, task) != opened[0]:
+            raise WriteError(
+                f"{task.transactional_id} was fenced by another attempt of this task while it wrote"
+            )
+    except Exception as exc:
+        _abort_quietly(producer)
+        if failures:  # the refused records say more than "the commit failed"
+            raise WriteError(_failure_message(failures)) from exc
+        raise
     finally:
-        consumer.close()
+        coordinator.close()
+    # `producer` is dropped here without close(): the transaction stays open for the driver.
+    return written, opened[0]
 
 
-def committed_batches(consumer: Any) -> int:
-    """The marker of the consumer's group: how many batches its task has committed (0 for
-    none). Read with read_committed, so a marker of an unfinished transaction is waited
-    for (the broker answers UNSTABLE_OFFSET_COMMIT and librdkafka retries)."""
-    [found] = consumer.committed([_commits_partition()], TXN_TIMEOUT_S)
-    if found.error is not None:
-        raise WriteError(f"could not read this task's exactly-once marker: {found.error}")
-    return max(int(found.offset), 0)  # no offset is -1001
+def _describe(coordinator: Coordinator, task: TaskIdentity) -> PreparedTxn:
+    view = coordinator.describe(task.transactional_id)
+    if view.state != "Ongoing":
+        raise WriteError(f"{task.transactional_id} is {view.state}, not open, after a write")
+    return PreparedTxn(task.partition, task.transactional_id, view.producer_id, view.producer_epoch)
 
 
-def fence(client: Mapping[str, str], transactional_id: str) -> None:
-    """Aborts whatever transaction `transactional_id` has open (by fencing its producer),
-    so that read_committed readers are not held back until its timeout."""
-    from confluent_kafka import Producer
-
-    Producer(transactional_config(client, transactional_id)).init_transactions(TXN_TIMEOUT_S)
+def _flush(producer: Any) -> None:
+    while producer.flush(FLUSH_POLL_S) > 0:
+        pass
 
 
 def ensure_commits_topic(client: Mapping[str, str]) -> None:
@@ -203,24 +203,6 @@ def ensure_commits_topic(client: Mapping[str, str]) -> None:
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # made by a concurrent write
             raise WriteError(f"could not make {COMMITS_TOPIC}: {exc.args[0].str()}") from None
-
-
-def _commits_partition(offset: int = -1001) -> Any:
-    from confluent_kafka import TopicPartition
-
-    return TopicPartition(COMMITS_TOPIC, COMMITS_PARTITION, offset)
-
-
-def _marker_consumer(client: Mapping[str, str], group: str) -> Any:
-    from confluent_kafka import Consumer
-
-    config: dict[str, Any] = dict(client)
-    for producer_only in ("linger.ms", "acks", "compression.type", "transaction.timeout.ms"):
-        config.pop(producer_only, None)  # librdkafka would warn about each
-    config.update(
-        {"group.id": group, "isolation.level": "read_committed", "enable.auto.commit": False}
-    )
-    return Consumer(config)
 
 
 def _abort_quietly(producer: Any) -> None:
@@ -250,10 +232,15 @@ def _failure_message(failures: list[str]) -> str:
 
 
 def _produce_all(
-    producer: Any, batches: Iterator[Any], topic: str | None, failures: list[str]
+    producer: Any,
+    batches: Iterator[Any],
+    topic: str | None,
+    failures: list[str],
+    after_first_row: Callable[[], None] | None = None,
 ) -> int:
     """Produces every row until the batches end or a delivery fails; returns the rows given
-    to the producer (not yet acknowledged)."""
+    to the producer (not yet acknowledged). `after_first_row` runs once the first row is
+    given to the producer."""
     produce = producer.produce
     written = 0
     for batch in batches:
@@ -283,6 +270,9 @@ def _produce_all(
                 except BufferError:
                     # librdkafka's local queue is full: let deliveries drain, then retry.
                     producer.poll(0.05)
+            if after_first_row is not None:
+                after_first_row()
+                after_first_row = None
             if failures:
                 break
         written += n
