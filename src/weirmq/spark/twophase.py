@@ -166,7 +166,7 @@ class Coordinator:
         if len(nodes) > 1:
             connection.close()
             raise TwoPhaseError(f"the transactions have {len(nodes)} coordinators; one expected")
-        if nodes and next(iter(nodes)) not in bootstrap.addresses[:1]:
+        if nodes and str(next(iter(nodes))) != connection.peer:
             connection.close()
             address = nodes.pop()
             connection = _open(Bootstrap(str(address), (address,)))
@@ -403,6 +403,8 @@ def commit(
 ) -> None:
     """Spark's batch commit of an exactly-once write (module docstring, phase two)."""
     decided, metadata = decided_batches(client, group)
+    if decided > batch_id + 1:
+        return  # later batches were decided since: this one was committed before them
     if decided > batch_id:
         txns = read_decision(client, group, batch_id, metadata)  # a replay: roll forward
         if txns:
