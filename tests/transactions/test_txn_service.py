@@ -138,3 +138,129 @@ def test_the_timer_aborts_a_transaction_past_its_timeout(tmp_path: Path) -> None
         broker.close()
 
     asyncio.run(scenario())
+
+
+def test_end_txn_is_answered_once_prepare_is_durable_and_the_next_add_waits_for_complete(
+    tmp_path: Path,
+) -> None:
+    """EndTxn does not wait for the markers; the id's next AddPartitionsToTxn waits for the
+    end to be complete and durable (a restart must not complete it again over the new
+    transaction's writes), then is answered before its own record is fsynced."""
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        service = broker.txns
+        assert await service.end_txn(TID, pid, epoch, True) is ErrorCode.none
+        meta = service.describe(TID)
+        assert meta is not None and meta.state in (
+            TxnState.PREPARE_COMMIT,
+            TxnState.COMPLETE_COMMIT,
+        )
+        assert await service.add_partitions(TID, pid, epoch, TPS[:1]) is ErrorCode.none
+        assert not service._completing
+        for tp in TPS:
+            assert marker_at(broker, tp, 1) == CONTROL_COMMIT
+        meta = service.describe(TID)
+        assert meta is not None and meta.state is TxnState.ONGOING
+        log = broker.partitions[TopicPartition("__transaction_state", 0)].log
+        # Everything before the add's own record (one batch of one) is durable.
+        assert log.flushed_offset == log.log_end_offset - 1
+        broker.close()
+
+    asyncio.run(scenario())
+
+
+async def _lose_then_write(
+    broker: Broker, pid: int, epoch: int, lost: list[TopicPartition]
+) -> None:
+    """Make `lost` part of the open transaction in memory only (an add the crash took
+    back, as if appended and answered but never fsynced), then write to every TPS."""
+    service = broker.txns
+    outcome = service.coordinator.add_partitions(TID, pid, epoch, lost, broker.clock())
+    assert outcome.log is not None
+    service.coordinator.apply(outcome.log)
+    for tp in TPS:
+        partition = broker.partitions[tp]
+        batch = encode_batch(
+            [Record(b"w")],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            attributes=ATTR_TRANSACTIONAL,
+        )
+        published = partition.publish(batch, Durability.FSYNCED)
+        assert published.durable_offset is not None
+        await partition.durable(published.durable_offset)
+
+
+async def _fenced_after_restart(broker: Broker, pid: int, epoch: int) -> None:
+    """The whole transaction was fenced at the load: aborted in every partition, and the
+    producer's commit refused."""
+    meta = broker.txns.describe(TID)
+    assert meta is not None
+    assert (meta.state, meta.producer_epoch) == (TxnState.PREPARE_ABORT, epoch + 1)
+    assert meta.partitions == set(TPS)
+    broker.txns.tick()
+    await completions(broker)
+    meta = broker.txns.describe(TID)
+    assert meta is not None and meta.state is TxnState.COMPLETE_ABORT
+    for tp in TPS:
+        partition = broker.partitions[tp]
+        assert marker_at(broker, tp, 1) == CONTROL_ABORT
+        assert partition.last_stable_offset == partition.high_watermark == 2
+        assert pid not in partition.producers.ongoing
+    assert await broker.txns.end_txn(TID, pid, epoch, True) is ErrorCode.producer_fenced
+
+
+def test_a_partition_whose_add_was_lost_fences_the_whole_transaction(tmp_path: Path) -> None:
+    """Ongoing {t-0} durable, the add of t-1 lost, both written: after the restart t-1's
+    open transaction is an orphan, and the transaction is aborted whole, never t-0
+    committed without t-1."""
+    clock = ManualClock()
+
+    async def before_the_crash() -> tuple[int, int]:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        service = broker.txns
+        code, pid, epoch = await service.init_producer_id(TID, TIMEOUT_MS, -1, -1)
+        assert code is ErrorCode.none
+        assert await service.add_partitions(TID, pid, epoch, TPS[:1]) is ErrorCode.none
+        await service._durable()
+        await _lose_then_write(broker, pid, epoch, TPS[1:])
+        broker.close()
+        return pid, epoch
+
+    async def after_the_restart(pid: int, epoch: int) -> None:
+        broker = open_broker(tmp_path, clock)
+        await _fenced_after_restart(broker, pid, epoch)
+        broker.close()
+
+    pid, epoch = asyncio.run(before_the_crash())
+    asyncio.run(after_the_restart(pid, epoch))
+
+
+def test_a_transaction_whose_every_add_was_lost_fences_its_producer(tmp_path: Path) -> None:
+    """The transaction's whole state lost (the id is Empty in the log), its writes kept:
+    aborted, and the producer fenced, so that its EndTxn(commit) is not taken for a retry
+    of an end already made."""
+    clock = ManualClock()
+
+    async def before_the_crash() -> tuple[int, int]:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        code, pid, epoch = await broker.txns.init_producer_id(TID, TIMEOUT_MS, -1, -1)
+        assert code is ErrorCode.none
+        await _lose_then_write(broker, pid, epoch, TPS)
+        broker.close()
+        return pid, epoch
+
+    async def after_the_restart(pid: int, epoch: int) -> None:
+        broker = open_broker(tmp_path, clock)
+        await _fenced_after_restart(broker, pid, epoch)
+        broker.close()
+
+    pid, epoch = asyncio.run(before_the_crash())
+    asyncio.run(after_the_restart(pid, epoch))

@@ -6,21 +6,48 @@ decisions out, in the order that makes a crash in any phase recoverable:
 - **its log**, the internal topic `__transaction_state` (one partition, compacted by the
   log cleaner: the newest record per transactional id is its state). Every decided state
   is appended and made current at once (appends are synchronous on the loop, so the
-  in-memory state follows the log's order), and the request is answered only once the
-  log is fsynced past it; an answer that logs nothing still waits for the log's end, so
-  nobody is told of a state a crash could take back;
+  in-memory state follows the log's order). A request is answered only once the log is
+  fsynced past its state, with one exception: AddPartitionsToTxn (below); an answer
+  that logs nothing still waits for the log's end, so nobody is told of a state a crash
+  could take back;
+- **AddPartitionsToTxn** is answered once its state is appended, without waiting for the
+  fsync, when the id's previous end (COMPLETE_*) is already durable. What a crash can
+  then take back is only partitions added to an open transaction, and that is caught:
+  the producer's write to such a partition is acknowledged only once it is durable
+  there, so after the restart that partition holds an open transaction its coordinator
+  state does not cover, and the whole transaction is fenced (see **orphans**); a write
+  not yet durable was not acknowledged, and its retry is refused (`check_write`), so the
+  producer cannot commit either. The PREPARE that decides a commit is fsynced after
+  every add in the same log, so no commit rests on an add that was not durable. The
+  previous end must be durable first: were it lost with the add, the restart would
+  complete that end again and its marker would end the new transaction's writes too.
+  AddOffsetsToTxn and TxnOffsetCommit keep their fsync: a transaction of offsets alone
+  leaves no open transaction in any partition to tell of a lost state;
 - **ending a transaction** (`_complete`): PREPARE_COMMIT or PREPARE_ABORT is made durable
-  first; then a marker goes to each of the transaction's partitions
+  first, and EndTxn is answered then, as Kafka answers it: the outcome is decided, and a
+  restart finishes it. Then a marker goes to each of the transaction's partitions
   (`Partition.write_marker`) and, on commit, its pending offsets to their groups; once
-  all of those are durable, COMPLETE_* is logged, and EndTxn is answered. While markers
-  are written, other requests of the id get CONCURRENT_TRANSACTIONS and retry. After a
+  all of those are durable, COMPLETE_* is logged and made durable. AddPartitions,
+  AddOffsets, TxnOffsetCommit and EndTxn of the id that come meanwhile (the producer's
+  next AddPartitionsToTxn, usually) wait for that, up to `COMPLETION_WAIT_S`, rather
+  than being sent back with CONCURRENT_TRANSACTIONS to retry after a backoff.
+  InitProducerId does not wait: it gets CONCURRENT_TRANSACTIONS and asks again, so that
+  epoch bumps are decided one at a time, each against a settled state, in the order the
+  requests reach the coordinator after the end, never released together by it. After a
   crash, ids found in PREPARE_* are completed at the first tick after the start (a marker
-  is only written where the producer still has a transaction open, so nothing is
-  doubled);
+  is only written where the producer still has a transaction open, and no new
+  transaction of the id can have written before its end was durable, so nothing is
+  doubled or ended twice);
 - **orphans**: a partition that, after a crash, holds an open transaction its coordinator
-  does not know (a write let in by a state appended but not yet fsynced, which the crash
-  took) gets an abort marker at the start, so that its last stable offset cannot stay
-  stuck;
+  state does not cover (a partition added, and written, whose add the crash took back;
+  or a write let in by a state appended but not yet fsynced). When that producer is
+  still the id's current producer at its current epoch, the id's whole transaction is
+  fenced (`_fence_orphans`): PREPARE_ABORT with the epoch bumped, over the partitions
+  the coordinator knows and the orphaned ones, completed at the first tick, so the
+  producer's commit is refused (PRODUCER_FENCED) instead of committing the partitions
+  the coordinator kept without the one it lost. Otherwise (an older epoch, an unknown
+  producer) the partition gets an abort marker at once, so that its last stable offset
+  cannot stay stuck;
 - **its timer**: every `transaction_abort_timed_out_transaction_cleanup_interval_ms` it
   aborts, fencing their producers, the transactions open past their timeout, expires ids
   idle past `transactional_id_expiration_ms`, and completes what a crash or a failed
@@ -72,6 +99,10 @@ TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(16 * 1024
 MAX_COMPLETING = 1_000
 """Transaction ends (markers being written) in flight at most."""
 _OPEN = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
+_PREPARING = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
+COMPLETION_WAIT_S = 10.0
+"""How long a request waits for its id's end to complete before it is answered
+CONCURRENT_TRANSACTIONS (retriable) instead."""
 
 
 class TransactionService:
@@ -90,6 +121,10 @@ class TransactionService:
         )
         self._interval_ms = settings.transaction_abort_timed_out_transaction_cleanup_interval_ms
         self._completing: dict[str, asyncio.Future[ErrorCode]] = {}
+        self._ends: dict[str, int] = {}
+        """Per id, the log offset its last COMPLETE_* must be fsynced below before an add
+        of the id is answered without its own fsync; dropped once it is (see `_end_durable`).
+        At most one per id, and ids are bounded (`Limits.max_ids`)."""
         self._timer: Timer | None = None
         self._started = False
         """Whether the first tick (at once after the start) was scheduled."""
@@ -143,9 +178,12 @@ class TransactionService:
             )
 
     def _abort_orphans(self) -> None:
-        """Abort, with a marker at the producer's epoch there, every open transaction of a
-        partition that the coordinator does not hold open on that partition."""
+        """After replay: end every open transaction of a partition that the coordinator does
+        not hold open on that partition. Its id's current producer, at its current epoch,
+        gets its whole transaction fenced (`_fence_orphans`); any other gets an abort marker
+        at once, at the producer's epoch there."""
         coordinator = self.coordinator
+        lost: dict[str, set[TopicPartition]] = {}
         for tp, partition in list(self._broker.partitions.items()):
             for producer_id in list(partition.producers.ongoing):
                 txn_id = coordinator.transactional_id_of(producer_id)
@@ -154,22 +192,57 @@ class TransactionService:
                     continue  # its coordinator ends it
                 entry = partition.producers.entry(producer_id)
                 epoch = 0 if entry is None else entry.epoch
-                try:
-                    partition.write_marker(producer_id, epoch, commit=False)
-                except KafkaError as exc:
-                    log.error(
-                        "%s: orphan transaction of producer %d not aborted: %s",
-                        tp,
-                        producer_id,
-                        exc,
-                    )
+                if (
+                    txn_id is not None
+                    and meta is not None
+                    and meta.producer_id == producer_id
+                    and meta.producer_epoch == epoch
+                    and meta.state not in _PREPARING
+                ):
+                    lost.setdefault(txn_id, set()).add(tp)
                     continue
-                log.warning(
-                    "%s: aborted an open transaction of producer %d that no coordinator "
-                    "state covers (lost in a crash)",
-                    tp,
-                    producer_id,
-                )
+                self._abort_orphan(tp, partition, producer_id, epoch)
+        for txn_id, tps in lost.items():
+            self._fence_orphans(txn_id, tps)
+
+    def _abort_orphan(
+        self, tp: TopicPartition, partition: Partition, producer_id: int, epoch: int
+    ) -> None:
+        try:
+            partition.write_marker(producer_id, epoch, commit=False)
+        except KafkaError as exc:
+            log.error("%s: orphan transaction of producer %d not aborted: %s", tp, producer_id, exc)
+            return
+        log.warning(
+            "%s: aborted an open transaction of producer %d that no coordinator state "
+            "covers (lost in a crash)",
+            tp,
+            producer_id,
+        )
+
+    def _fence_orphans(self, txn_id: str, tps: set[TopicPartition]) -> None:
+        """The id's producer wrote to `tps` in a transaction whose coordinator state does
+        not cover them (the crash took the adds back): fence the whole transaction, those
+        partitions with it, so that its producer cannot commit the part that was kept.
+        Logged now; completed (markers after the fsync) at the first tick."""
+        fence = self.coordinator.fence_lost(txn_id, tps, self._broker.clock())
+        try:
+            self._log([(txn_id, fence)])
+        except KafkaError as exc:
+            log.error("transaction %r: fencing it failed, aborting %s alone: %s", txn_id, tps, exc)
+            for tp in sorted(tps):  # at least its last stable offset does not stay stuck
+                partition = self._broker.partitions[tp]
+                entry = partition.producers.entry(fence.producer_id)
+                epoch = 0 if entry is None else entry.epoch
+                self._abort_orphan(tp, partition, fence.producer_id, epoch)
+            return
+        log.warning(
+            "transaction %r: partitions %s hold writes of it that no coordinator state covers "
+            "(lost in a crash): aborting the whole transaction, producer epoch now %d",
+            txn_id,
+            ", ".join(str(tp) for tp in sorted(tps)),
+            fence.producer_epoch,
+        )
 
     def _log(self, states: Iterable[tuple[str, TxnMetadata | None]]) -> None:
         """Append these states (None: a tombstone) and make them current."""
@@ -234,13 +307,21 @@ class TransactionService:
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, tps: Iterable[TopicPartition]
     ) -> ErrorCode:
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.add_partitions(transactional_id, producer_id, epoch, tps, now)
-        return await self._answer(outcome)
+        if outcome.error is not ErrorCode.none:
+            return outcome.error
+        if not self._end_durable(transactional_id):
+            return await self._logged(outcome.log)  # see the module docstring
+        return self._appended(outcome.log)
 
     async def add_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
     ) -> ErrorCode:
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.add_offsets(transactional_id, producer_id, epoch, group_id, now)
         return await self._answer(outcome)
@@ -253,6 +334,8 @@ class TransactionService:
         group_id: str,
         offsets: Mapping[TopicPartition, PendingOffset],
     ) -> ErrorCode:
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         outcome = self.coordinator.txn_offset_commit(
             transactional_id, producer_id, epoch, group_id, offsets, now
@@ -262,6 +345,8 @@ class TransactionService:
     async def end_txn(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> ErrorCode:
+        if not await self._settled(transactional_id):
+            return ErrorCode.concurrent_transactions
         now = self._broker.clock()
         result: EndResult = self.coordinator.end_txn(
             transactional_id, producer_id, epoch, commit, now
@@ -272,15 +357,51 @@ class TransactionService:
             return result.error
         if len(self._completing) >= MAX_COMPLETING:
             return ErrorCode.concurrent_transactions
-        task = self._start_completion(result.prepare)
-        # Answered once COMPLETE is logged. Shielded: a client that goes away must not
-        # cancel the end half way.
-        return await asyncio.shield(task)
+        _task, prepared = self._begin_completion(result.prepare)
+        # Answered once PREPARE is durable (the outcome is decided); the markers follow.
+        # Shielded: a client that goes away must not cancel anything half way.
+        return await asyncio.shield(prepared)
 
     async def _answer(self, outcome: Outcome) -> ErrorCode:
         if outcome.error is not ErrorCode.none:
             return outcome.error
         return await self._logged(outcome.log)
+
+    async def _settled(self, transactional_id: str) -> bool:
+        """Wait for the id's end in progress, if any (at most `COMPLETION_WAIT_S`); False
+        if it is still running then. Not for InitProducerId (see the module docstring)."""
+        running = self._completing.get(transactional_id)
+        if running is None:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(running), COMPLETION_WAIT_S)
+        except TimeoutError:
+            return False
+        return True
+
+    def _end_durable(self, transactional_id: str) -> bool:
+        """Whether the id's last COMPLETE_* is fsynced (or none was logged since the
+        start: what was replayed is durable)."""
+        offset = self._ends.get(transactional_id)
+        if offset is None:
+            return True
+        partition = self._partition(False)
+        if partition is None or partition.log.flushed_offset < offset:
+            return False
+        del self._ends[transactional_id]
+        return True
+
+    def _appended(self, meta: TxnMetadata | None) -> ErrorCode:
+        """Log `meta`, if any, without waiting for its fsync (AddPartitionsToTxn only: see
+        the module docstring)."""
+        if meta is None:
+            return ErrorCode.none
+        try:
+            self._log([(meta.transactional_id, meta)])
+        except KafkaError as exc:
+            log.error("%s: write failed: %s", TXN_TOPIC, exc)
+            return ErrorCode.coordinator_not_available
+        return ErrorCode.none
 
     def check_write(self, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """For `Partition.txn_check` (KIP-890 part 1)."""
@@ -289,69 +410,91 @@ class TransactionService:
     # --- ending a transaction -------------------------------------------------------------
 
     def _start_completion(self, prepared: TxnMetadata) -> asyncio.Future[ErrorCode]:
+        """`_begin_completion`'s task: done once the end is complete (or failed)."""
+        return self._begin_completion(prepared)[0]
+
+    def _begin_completion(
+        self, prepared: TxnMetadata
+    ) -> tuple[asyncio.Future[ErrorCode], asyncio.Future[ErrorCode]]:
         """Log `prepared` (PREPARE_*) now and complete it in a task of its own, so that a
-        client that goes away does not leave it half done; the task's result is the error
-        to answer EndTxn."""
+        client that goes away does not leave it half done. Returns the task and a future
+        settled once PREPARE is durable, with the error to answer EndTxn."""
         loop = asyncio.get_running_loop()
         txn_id = prepared.transactional_id
+        on_prepared: asyncio.Future[ErrorCode] = loop.create_future()
         running = self._completing.get(txn_id)
         if running is not None:
-            return running
+            on_prepared.set_result(ErrorCode.concurrent_transactions)
+            return running, on_prepared
         if self.coordinator.txns.get(txn_id) is not prepared:
             try:
                 self._log([(txn_id, prepared)])
             except KafkaError as exc:
                 log.error("%s: cannot log %s: %s", txn_id, prepared.state.name, exc)
-                failed: asyncio.Future[ErrorCode] = loop.create_future()
-                failed.set_result(ErrorCode.coordinator_not_available)
-                return failed
-        task = loop.create_task(self._complete(prepared))
+                on_prepared.set_result(ErrorCode.coordinator_not_available)
+                return on_prepared, on_prepared
+        task = loop.create_task(self._complete(prepared, on_prepared))
         self._completing[txn_id] = task
         task.add_done_callback(lambda _t: self._completing.pop(txn_id, None))
-        return task
+        return task, on_prepared
 
-    async def _complete(self, prepared: TxnMetadata) -> ErrorCode:
-        broker = self._broker
-        commit = prepared.state is TxnState.PREPARE_COMMIT
+    async def _complete(
+        self, prepared: TxnMetadata, on_prepared: asyncio.Future[ErrorCode]
+    ) -> ErrorCode:
         txn_id = prepared.transactional_id
         try:
-            await self._durable()  # PREPARE first: no marker before the outcome is durable
-            waits: list[Awaitable[None]] = []
-            for tp in sorted(prepared.partitions):
-                partition = broker.partitions.get(tp)
-                if partition is None:
-                    continue  # deleted with its topic: nothing to mark
-                offset = partition.write_marker(
-                    prepared.producer_id, prepared.producer_epoch, commit
-                )
-                if offset is not None:
-                    waits.append(partition.durable(offset + 1))
-            if commit and prepared.groups:
-                end_before = broker.offsets_log.end_offset()
-                now = broker.clock()
-                for group_id, offsets in prepared.groups.items():
-                    if offsets:
-                        broker.groups.commit_transactional(
-                            group_id,
-                            [
-                                (tp.topic, tp.partition, p.offset, p.leader_epoch, p.metadata)
-                                for tp, p in offsets.items()
-                            ],
-                            now,
-                        )
-                if broker.offsets_log.end_offset() != end_before:
-                    waits.append(broker.offsets_log.durable(broker.offsets_log.end_offset()))
-            for wait in waits:
-                await wait
-            # Not waited for: a crash before its fsync completes the end again from
-            # PREPARE, and the next request of the id waits for the log's end anyway.
-            self._log([(txn_id, self.coordinator.completed(prepared, broker.clock()))])
+            try:
+                await self._durable()  # PREPARE first: no marker before the outcome is durable
+                on_prepared.set_result(ErrorCode.none)
+            finally:
+                if not on_prepared.done():  # not durable: the timer tries again
+                    on_prepared.set_result(ErrorCode.coordinator_not_available)
+            await self._write_markers(prepared)
+            self._log([(txn_id, self.coordinator.completed(prepared, self._broker.clock()))])
+            partition = self._partition(False)
+            assert partition is not None
+            self._ends[txn_id] = partition.log_end_offset
+            # Durable before the id's next add is answered without an fsync of its own
+            # (see the module docstring); the requests of the id wait for this task.
+            await self._durable()
         except (KafkaError, OSError) as exc:
             # Left in PREPARE_*: the timer tries again; the client's retry is told
-            # CONCURRENT_TRANSACTIONS until then.
+            # CONCURRENT_TRANSACTIONS until then. (A COMPLETE_* whose fsync failed stays in
+            # `_ends`: the id's next add then waits for an fsync of its own.)
             log.error("transaction %r: completing %s failed: %s", txn_id, prepared.state.name, exc)
             return ErrorCode.coordinator_not_available
         return ErrorCode.none
+
+    async def _write_markers(self, prepared: TxnMetadata) -> None:
+        """A marker to each partition of the transaction and, on commit, its offsets to
+        their groups; returns once all of them are durable."""
+        broker = self._broker
+        commit = prepared.state is TxnState.PREPARE_COMMIT
+        waits: list[Awaitable[None]] = []
+        for tp in sorted(prepared.partitions):
+            partition = broker.partitions.get(tp)
+            if partition is None:
+                continue  # deleted with its topic: nothing to mark
+            offset = partition.write_marker(prepared.producer_id, prepared.producer_epoch, commit)
+            if offset is not None:
+                waits.append(partition.durable(offset + 1))
+        if commit and prepared.groups:
+            end_before = broker.offsets_log.end_offset()
+            now = broker.clock()
+            for group_id, offsets in prepared.groups.items():
+                if offsets:
+                    broker.groups.commit_transactional(
+                        group_id,
+                        [
+                            (tp.topic, tp.partition, p.offset, p.leader_epoch, p.metadata)
+                            for tp, p in offsets.items()
+                        ],
+                        now,
+                    )
+            if broker.offsets_log.end_offset() != end_before:
+                waits.append(broker.offsets_log.durable(broker.offsets_log.end_offset()))
+        for wait in waits:
+            await wait
 
     # --- the timer ------------------------------------------------------------------------
 
@@ -395,6 +538,11 @@ class TransactionService:
                 fenced.producer_epoch,
             )
             self._start_completion(fenced)
+        partition = self._partition(False)
+        if partition is not None:
+            flushed = partition.log.flushed_offset
+            for txn_id in [t for t, offset in self._ends.items() if offset <= flushed]:
+                del self._ends[txn_id]
         expired = coordinator.expired_ids(now)
         if expired:
             try:

@@ -7,7 +7,8 @@ before answering, and for EndTxn the partitions to write markers to. Nothing her
 `broker/txn_service.py` does the I/O in this order, which is what makes a crash in any
 phase recoverable:
 
-    1. log the new state (PREPARE_COMMIT / PREPARE_ABORT for an end) and wait for its fsync;
+    1. log the new state (PREPARE_COMMIT / PREPARE_ABORT for an end) and wait for its fsync
+       (AddPartitionsToTxn's need not wait: the service explains why);
     2. write a marker to each partition of the transaction, and commit the pending
        offsets to their groups; wait for all of them to be durable;
     3. log COMPLETE_COMMIT / COMPLETE_ABORT.
@@ -26,8 +27,11 @@ Requests are checked as Kafka checks them (TransactionCoordinator.scala):
     EndTxn            (as AddPartitions)
 
 and while markers are written (PREPARE_*) every request but a retried EndTxn of the same
-outcome gets CONCURRENT_TRANSACTIONS, which clients retry. Adapters map PRODUCER_FENCED to
-INVALID_PRODUCER_EPOCH for request versions that predate it.
+outcome gets CONCURRENT_TRANSACTIONS, which clients retry (the service holds most of them
+back until the end is complete instead). After a crash, writes of the id's current
+producer that its state does not cover fence the whole transaction (`fence_lost`).
+Adapters map PRODUCER_FENCED to INVALID_PRODUCER_EPOCH for request versions that predate
+it.
 
 Epochs: InitProducerId bumps the epoch of an existing id (fencing its previous producer);
 a fencing abort (InitProducerId while a transaction is open, or the transaction timeout)
@@ -268,6 +272,21 @@ class TransactionCoordinator:
         meta.groups.clear()
         meta.start_ms = -1
         return meta
+
+    def fence_lost(
+        self, transactional_id: str, partitions: Iterable[TopicPartition], now_ms: int
+    ) -> TxnMetadata:
+        """After a crash: the id's current producer, at its current epoch, has writes open
+        in `partitions` that the id's state does not cover (the adds that let them in were
+        lost). A fencing abort (PREPARE_ABORT, epoch bumped) of the id's transaction, a new
+        one if none is open, over its partitions and these, to log and complete: the
+        producer's commit is then refused, so no part of the transaction commits without
+        the rest."""
+        current = self.txns[transactional_id]
+        assert current.state not in PREPARING, f"{transactional_id!r}: {current.state.name}"
+        meta = self._ongoing(current, now_ms)
+        meta.partitions |= {TopicPartition(*tp) for tp in partitions}
+        return self._fence(meta, now_ms)
 
     # --- time -----------------------------------------------------------------------------
 
