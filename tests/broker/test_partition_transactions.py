@@ -32,6 +32,8 @@ from weirmq.records.batch import (
     parse_header,
 )
 from weirmq.settings import Settings
+from weirmq.storage import log as log_module
+from weirmq.storage.errors import StorageError
 from weirmq.storage.txnindex import AbortedTxn
 from weirmq.types import TopicPartition
 
@@ -310,3 +312,45 @@ def test_an_open_transaction_no_coordinator_state_covers_is_aborted_at_start(
         assert again.read_committed(0, 1 << 20)[1] == [AbortedTxn(7, 0, 3, 4)]
     finally:
         reopened.close()
+
+
+def test_a_transactional_write_is_acknowledged_without_waiting_for_an_fsync(
+    partition: Partition,
+) -> None:
+    """Its commit fsyncs it (broker/txn_service.py); a plain acks=all write waits."""
+    published = partition.publish(txn_batch(7, 0), Durability.FSYNCED)
+    assert published.durable_offset is None
+    retry = partition.publish(txn_batch(7, 0), Durability.FSYNCED)
+    assert retry.duplicate and retry.durable_offset is None
+    published = partition.publish(plain(), Durability.FSYNCED)
+    assert published.durable_offset == published.last_offset + 1
+
+
+def test_a_roll_back_reports_the_open_transactions_it_cut(
+    partition: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Producer 7's transaction is durable, 8's has a write past the last good fsync: the
+    roll-back after a failed fsync reports 8 alone, whichever path (here the log's own
+    append, under a marker) made it."""
+    lost: list[tuple[TopicPartition, list[int]]] = []
+    partition.txn_lost = lambda tp, pids: lost.append((tp, pids))
+    partition.publish(txn_batch(7, 0), Durability.FSYNCED)
+    partition.publish(txn_batch(8, 0), Durability.FSYNCED)
+    asyncio.run(partition.durable(partition.log_end_offset))
+    partition.publish(txn_batch(8, 2), Durability.FSYNCED)
+    assert partition.log_end_offset == 6
+    real = log_module._fsync_path
+
+    def failing(path: str) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(log_module, "_fsync_path", failing)
+    with pytest.raises(StorageError):
+        asyncio.run(partition.durable(partition.log_end_offset))
+    monkeypatch.setattr(log_module, "_fsync_path", real)
+    partition.log.roll_back_unsynced()  # the log alone, as its own append or read would
+    assert partition.log.probe_fsync()  # fsync works again: appends resume
+    assert partition.log_end_offset == 4 and lost == []
+    assert partition.write_marker(7, 0, commit=False) == 4  # the partition catches up first
+    assert lost == [(partition.tp, [8])]
+    assert set(partition.producers.ongoing) == {8}  # its durable first write still open

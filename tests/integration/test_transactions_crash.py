@@ -66,6 +66,8 @@ from integration_support import (
 )
 from txn_loop import RECOVERY
 
+from weirmq.storage.manager import BOOT_ID_FILE
+
 if TYPE_CHECKING:
     from conftest import BrokerFactory, BrokerProcess
 
@@ -330,6 +332,57 @@ def test_zombie_producer_is_fenced_after_restart(broker_factory: BrokerFactory) 
 
     seen = values(read_committed(broker.bootstrap, topic, deadline))
     assert seen == {p: [b"successor-%d" % i for i in (p, p + 3)] for p in range(PARTITIONS)}
+
+
+@pytest.mark.parametrize("stop", ["process", "machine"])
+def test_a_transaction_open_across_a_crash_commits_unless_the_machine_crashed(
+    broker_factory: BrokerFactory, stop: str
+) -> None:
+    """A producer outlives the broker with its transaction open and its records
+    acknowledged: acknowledged once written, they are fsynced only at the commit. After
+    kill -9 of the broker's process the kernel kept them, and the producer commits. After
+    a crash of the machine (made here by recording another boot id in the data directory,
+    storage/manager.py) they may be gone, so the broker fences every transaction: the
+    producer's commit fails fatally, read_committed shows none of its records, and a new
+    producer of the same transactional.id goes on."""
+    deadline = Deadline(TEST_BUDGET_S, f"open transaction across a {stop} crash")
+    broker = start_broker(broker_factory)
+    topic, txn_id = f"across-{stop}", f"across-{stop}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    errors = ErrorLog()
+    producer = txn_producer(broker.bootstrap, txn_id, errors)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce(topic, value=b"before-%d" % i, partition=i % PARTITIONS)
+    assert producer.flush(CALL_TIMEOUT_S) == 0
+    broker.kill()
+    if stop == "machine":
+        (broker.data_dir / BOOT_ID_FILE).write_text("a-boot-before-this-one\n")
+    broker.restart()
+
+    if stop == "process":
+        assert commit_or_abort(producer) == "committed"
+        expected = {p: [b"before-%d" % i for i in (p, p + 3)] for p in range(PARTITIONS)}
+    else:
+        fatal = None
+        for _attempt in range(COMMIT_ATTEMPTS_MAX):
+            try:
+                producer.commit_transaction(CALL_TIMEOUT_S)
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.retriable():
+                    continue
+                fatal = error
+                break
+            raise AssertionError("the commit of a fenced transaction succeeded")
+        assert fatal is not None and fatal.fatal(), fatal
+        successor = txn_producer(broker.bootstrap, txn_id, ErrorLog())
+        successor.begin_transaction()
+        for i in range(6):
+            successor.produce(topic, value=b"after-%d" % i, partition=i % PARTITIONS)
+        assert commit_or_abort(successor) == "committed"
+        expected = {p: [b"after-%d" % i for i in (p, p + 3)] for p in range(PARTITIONS)}
+    assert values(read_committed(broker.bootstrap, topic, deadline)) == expected
 
 
 # -- 1b: kill -9 while commit_transaction() is in flight, or right after it returned ---------

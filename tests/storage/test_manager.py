@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from weirmq.storage import manager as manager_module
 from weirmq.storage.checkpoint import read_offsets, write_offsets
 from weirmq.storage.config import LogConfig
 from weirmq.storage.errors import StorageError
 from weirmq.storage.manager import (
+    BOOT_ID_FILE,
     CLEAN_SHUTDOWN_FILE,
     LOG_START_FILE,
     RECOVERY_POINT_FILE,
+    UNKNOWN_BOOT_ID,
     LogManager,
     StorageSettings,
 )
@@ -382,7 +385,13 @@ def test_close_writes_the_state_files_with_the_checkpoints(
     (tmp_path / "state.tmp").write_bytes(b"left by a crash while it was written")
     manager.close(state_files={"state": b"snapshot"})
     names = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
-    assert names == [CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POINT_FILE, "state"]
+    assert names == [
+        BOOT_ID_FILE,
+        CLEAN_SHUTDOWN_FILE,
+        LOG_START_FILE,
+        RECOVERY_POINT_FILE,
+        "state",
+    ]
     assert (tmp_path / "state").read_bytes() == b"snapshot"
     assert read_offsets(tmp_path / RECOVERY_POINT_FILE) == {("t", 0): 3}
 
@@ -421,3 +430,77 @@ def test_a_crash_after_the_logs_are_flushed_for_close_recovers(
     }
     assert all(lg.offline_reason is None for lg in again.logs().values())
     again.close()
+
+
+# --- the boot id: which stops may have lost writes not yet fsynced ---------------------------
+
+
+def fake_boot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, boot_id: str | None) -> None:
+    """Make the kernel's boot id read as `boot_id` (None: unreadable, as off Linux)."""
+    source = tmp_path / "boot_id-source"
+    if boot_id is None:
+        source.unlink(missing_ok=True)
+    else:
+        source.write_text(boot_id + "\n")
+    monkeypatch.setattr(manager_module, "BOOT_ID_SOURCE", source)
+
+
+def reopen_after_crash(data_dir: Path, clock: ManualClock) -> LogManager:
+    """Open `data_dir` again without closing the manager that had it: an unclean stop."""
+    return LogManager(data_dir, clock=clock, settings=SLOW_FLUSH)
+
+
+def test_a_new_directory_records_the_boot_id_and_has_lost_nothing(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_boot(monkeypatch, tmp_path, "boot-a")
+    manager = LogManager(tmp_path / "data", clock=clock, settings=SLOW_FLUSH)
+    assert not manager.unsynced_may_be_lost
+    assert (tmp_path / "data" / BOOT_ID_FILE).read_text() == "boot-a\n"
+    manager.close()
+
+
+@pytest.mark.parametrize(
+    ("stop", "boot_after", "lost"),
+    [
+        ("crash", "boot-a", False),  # a killed process: the page cache kept its writes
+        ("crash", "boot-b", True),  # the machine stopped: unfsynced writes may be gone
+        ("clean", "boot-b", False),  # everything was fsynced at the close
+        ("crash", None, True),  # no boot id to compare: a crash may be the machine's
+    ],
+)
+def test_an_unclean_stop_on_another_boot_may_have_lost_unsynced_writes(
+    tmp_path: Path,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+    stop: str,
+    boot_after: str | None,
+    lost: bool,
+) -> None:
+    data_dir = tmp_path / "data"
+    fake_boot(monkeypatch, tmp_path, "boot-a")
+    first = LogManager(data_dir, clock=clock, settings=SLOW_FLUSH)
+    first.create("t", 0).append(make_batch(2))
+    if stop == "clean":
+        first.close()
+    fake_boot(monkeypatch, tmp_path, boot_after)
+    second = reopen_after_crash(data_dir, clock)
+    assert second.unsynced_may_be_lost is lost
+    recorded = (data_dir / BOOT_ID_FILE).read_text().strip()
+    assert recorded == (boot_after or UNKNOWN_BOOT_ID)
+    second.close()
+    # Judged once: a clean stop after it has lost nothing, on any boot.
+    fake_boot(monkeypatch, tmp_path, "boot-c")
+    third = LogManager(data_dir, clock=clock, settings=SLOW_FLUSH)
+    assert not third.unsynced_may_be_lost
+    third.close()
+
+
+def test_without_a_readable_boot_id_every_unclean_stop_counts_as_the_machines(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_boot(monkeypatch, tmp_path, None)
+    data_dir = tmp_path / "data"
+    LogManager(data_dir, clock=clock, settings=SLOW_FLUSH)
+    assert (data_dir / BOOT_ID_FILE).read_text().strip() == UNKNOWN_BOOT_ID
+    assert reopen_after_crash(data_dir, clock).unsynced_may_be_lost

@@ -9,15 +9,22 @@ timer would call it.
 from __future__ import annotations
 
 import asyncio
+import errno
+from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 from weirmq.broker.core import Broker
 from weirmq.broker.partition import CONTROL_ABORT, CONTROL_COMMIT, Durability, control_type
 from weirmq.errors import ErrorCode
 from weirmq.records.batch import ATTR_TRANSACTIONAL, Record, encode_batch, parse_header
 from weirmq.settings import Settings
+from weirmq.storage import log as log_module
+from weirmq.storage.errors import StorageError
+from weirmq.storage.manager import BOOT_ID_FILE, CLEAN_SHUTDOWN_FILE
 from weirmq.testing import ManualClock, ManualTimers
-from weirmq.transactions.state import TxnState
+from weirmq.transactions.state import TxnMetadata, TxnState
 from weirmq.types import TopicPartition
 
 QUIET_MS = 3_600_000  # no periodic flush
@@ -51,8 +58,7 @@ async def open_transaction(broker: Broker) -> tuple[int, int]:
             attributes=ATTR_TRANSACTIONAL,
         )
         published = partition.publish(batch, Durability.FSYNCED)
-        assert published.durable_offset is not None
-        await partition.durable(published.durable_offset)
+        assert published.durable_offset is None  # acknowledged unfsynced: see partition.py
     return pid, epoch
 
 
@@ -192,8 +198,7 @@ async def _lose_then_write(
             attributes=ATTR_TRANSACTIONAL,
         )
         published = partition.publish(batch, Durability.FSYNCED)
-        assert published.durable_offset is not None
-        await partition.durable(published.durable_offset)
+        assert published.durable_offset is None  # acknowledged unfsynced: see partition.py
 
 
 async def _fenced_after_restart(broker: Broker, pid: int, epoch: int) -> None:
@@ -264,3 +269,199 @@ def test_a_transaction_whose_every_add_was_lost_fences_its_producer(tmp_path: Pa
 
     pid, epoch = asyncio.run(before_the_crash())
     asyncio.run(after_the_restart(pid, epoch))
+
+
+# --- transactional writes acknowledged before their fsync ------------------------------------
+#
+# A transactional batch is answered once written (broker/partition.py); the coordinator
+# fsyncs the transaction's partitions before it logs PREPARE_COMMIT, fences a transaction
+# whose writes a failed fsync's roll-back took, and, after a machine's crash, every
+# transaction (storage/manager.py, *Boot id*).
+
+
+def fail_fsyncs_of(monkeypatch: pytest.MonkeyPatch, needle: str) -> None:
+    """From now on, fsyncs of paths containing `needle` fail with EIO."""
+    real = log_module._fsync_path
+
+    def failing(path: str) -> None:
+        if needle in path:
+            raise OSError(errno.EIO, "Input/output error")
+        real(path)
+
+    monkeypatch.setattr(log_module, "_fsync_path", failing)
+
+
+async def _fenced(broker: Broker, pid: int, epoch: int) -> TxnMetadata:
+    """The transaction was fenced: aborted with its epoch bumped, its commit refused."""
+    meta = broker.txns.describe(TID)
+    assert meta is not None
+    assert meta.state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+    assert (meta.producer_id, meta.producer_epoch) == (pid, epoch + 1)
+    assert await broker.txns.end_txn(TID, pid, epoch, True) is ErrorCode.producer_fenced
+    return meta
+
+
+def test_a_commit_is_prepared_only_once_every_partition_is_fsynced(tmp_path: Path) -> None:
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        service = broker.txns
+        flushed_at_prepare: list[list[int]] = []
+        log_state = service._log
+
+        def spying_log(states: Iterable[tuple[str, TxnMetadata | None]]) -> None:
+            pairs = list(states)
+            if any(m is not None and m.state is TxnState.PREPARE_COMMIT for _t, m in pairs):
+                flushed_at_prepare.append([broker.partitions[tp].log.flushed_offset for tp in TPS])
+            log_state(pairs)
+
+        service._log = spying_log  # type: ignore[method-assign]
+        assert [broker.partitions[tp].log.flushed_offset for tp in TPS] == [0, 0]
+        assert await service.end_txn(TID, pid, epoch, True) is ErrorCode.none
+        assert flushed_at_prepare == [[1, 1]]  # each transactional write, before PREPARE
+        await completions(broker)
+        for tp in TPS:
+            assert marker_at(broker, tp, 1) == CONTROL_COMMIT
+        broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_fsync_before_the_commit_fences_the_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        fail_fsyncs_of(monkeypatch, "t-1")
+        assert await broker.txns.end_txn(TID, pid, epoch, True) is ErrorCode.producer_fenced
+        meta = await _fenced(broker, pid, epoch)
+        assert meta.partitions == set(TPS) or meta.state is TxnState.COMPLETE_ABORT
+        assert marker_at(broker, TPS[0], 1) == CONTROL_ABORT  # the healthy partition
+        monkeypatch.undo()
+        broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_roll_back_that_cuts_an_open_transaction_fences_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync of t-1 fails before the commit is asked: the partition's roll-back drops
+    the acknowledged transactional write, and the transaction is fenced there and then."""
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        partition = broker.partitions[TPS[1]]
+        fail_fsyncs_of(monkeypatch, "t-1")
+        with pytest.raises(StorageError):
+            await partition.durable(partition.log_end_offset)
+        assert broker.txns.describe(TID).state is TxnState.ONGOING  # type: ignore[union-attr]
+        partition.read(0, 1 << 16)  # the next touch of the log rolls it back
+        assert partition.log_end_offset == 0 and pid not in partition.producers.ongoing
+        await _fenced(broker, pid, epoch)
+        assert marker_at(broker, TPS[0], 1) == CONTROL_ABORT
+        monkeypatch.undo()
+        broker.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("restart", ["process", "machine"])
+def test_after_a_machine_crash_every_transaction_is_fenced(tmp_path: Path, restart: str) -> None:
+    """One id with a transaction open, one whose last transaction committed. After a
+    killed process (same boot, unclean) both go on: nothing acknowledged was lost. After
+    a machine's crash both are fenced, since either may have lost writes acknowledged
+    before their fsync (and the second, the adds that would tell)."""
+    clock = ManualClock()
+
+    async def before() -> tuple[int, int, int, int]:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        service = broker.txns
+        code, done_pid, done_epoch = await service.init_producer_id("done", TIMEOUT_MS, -1, -1)
+        assert code is ErrorCode.none
+        assert await service.add_partitions("done", done_pid, done_epoch, TPS[:1]) is (
+            ErrorCode.none
+        )
+        assert await service.end_txn("done", done_pid, done_epoch, True) is ErrorCode.none
+        await completions(broker)
+        broker.close()
+        (tmp_path / CLEAN_SHUTDOWN_FILE).unlink()  # as if killed
+        if restart == "machine":
+            forge_machine_restart_boot(tmp_path)
+        return pid, epoch, done_pid, done_epoch
+
+    async def after(pid: int, epoch: int, done_pid: int, done_epoch: int) -> None:
+        broker = open_broker(tmp_path, clock)
+        service = broker.txns
+        if restart == "process":
+            assert await service.end_txn(TID, pid, epoch, True) is ErrorCode.none
+            await completions(broker)
+            for tp in TPS:
+                assert marker_at(broker, tp, 1) == CONTROL_COMMIT
+            done = service.describe("done")
+            assert done is not None and done.producer_epoch == done_epoch
+        else:
+            service.tick()
+            await completions(broker)
+            meta = await _fenced(broker, pid, epoch)
+            assert meta.state is TxnState.COMPLETE_ABORT
+            for tp in TPS:
+                assert marker_at(broker, tp, 1) == CONTROL_ABORT
+                partition = broker.partitions[tp]
+                assert partition.last_stable_offset == partition.high_watermark
+            done = service.describe("done")
+            assert done is not None
+            assert (done.state, done.producer_epoch) == (TxnState.COMPLETE_ABORT, done_epoch + 1)
+            assert await service.end_txn("done", done_pid, done_epoch, True) is (
+                ErrorCode.producer_fenced
+            )
+        broker.close()
+
+    ids = asyncio.run(before())
+    asyncio.run(after(*ids))
+
+
+def test_a_commit_after_a_roll_back_no_one_followed_yet_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log rolled back on its own (its append or read, for another reader), and fsync
+    works again by the time EndTxn comes: the commit's fsync then succeeds, but the
+    coordinator follows the roll-back first, finds the write gone, and fences."""
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        partition = broker.partitions[TPS[1]]
+        fail_fsyncs_of(monkeypatch, "t-1")
+        with pytest.raises(StorageError):
+            await partition.durable(partition.log_end_offset)
+        monkeypatch.undo()
+        partition.log.roll_back_unsynced()
+        assert partition.log.probe_fsync()
+        assert await broker.txns.end_txn(TID, pid, epoch, True) is ErrorCode.producer_fenced
+        await _fenced(broker, pid, epoch)
+        await completions(broker)
+        assert marker_at(broker, TPS[0], 1) == CONTROL_ABORT
+        broker.close()
+
+    asyncio.run(scenario())
+
+
+def forge_machine_restart_boot(data_dir: Path) -> None:
+    """Record another boot's id, so that the unclean stop just made looks like a
+    machine's crash."""
+    (data_dir / BOOT_ID_FILE).write_text("a-boot-before-this-one\n")

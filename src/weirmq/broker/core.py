@@ -547,11 +547,16 @@ class Broker:
             partition.delays = self.delays
         partition.recompress = configs.recompression(self.settings, overrides or {})
         partition.txn_check = self._txn_check
+        partition.txn_lost = self._txn_lost
         return partition
 
     def _txn_check(self, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890's check of a transactional write, by the transaction coordinator."""
         return self.txns.check_write(producer_id, epoch, tp)
+
+    def _txn_lost(self, tp: TopicPartition, producer_ids: list[int]) -> None:
+        """A roll-back took writes of these producers' open transactions: fence them."""
+        self.txns.writes_lost(tp, producer_ids)
 
     def known_topic(self, name: str) -> Topic:
         found = self.topics.get(name)

@@ -51,6 +51,14 @@ coordinator ends a transaction here with a marker (`write_marker`): a control ba
 record says commit or abort; an abort is also recorded in the log's aborted-transaction
 index, which a read_committed fetch hands to the client so that it drops that producer's
 records between the transaction's first offset and the marker. A transactional batch is
+acknowledged once written, without waiting for an fsync whatever the durability asked:
+nobody may read it as committed before its transaction commits, and the coordinator
+fsyncs each of the transaction's partitions before it logs PREPARE_COMMIT
+(broker/txn_service.py), so one fsync per partition per transaction replaces one per
+batch. What a crash could take between the answer and that fsync is caught: a failed
+fsync's roll-back reports the open transactions it cut (`txn_lost`), which are fenced,
+and a machine crash fences every transaction open at it (storage/manager.py, *Boot id*);
+a killed process loses nothing it wrote, so nothing is fenced then. A transactional batch is
 never delayed or routed: delayed delivery and exchanges act at the append, before anyone
 knows whether the transaction commits, so a transactional write to an exchange's topic is
 refused, and delay headers in one are not acted on.
@@ -246,10 +254,19 @@ TxnCheck = Callable[[int, int, TopicPartition], ErrorCode]
 """The transaction coordinator's check of a transactional write: (producer id, epoch,
 partition) -> NONE when the partition is in that producer's open transaction."""
 
+TxnLost = Callable[[TopicPartition, list[int]], None]
+"""Told (partition, producer ids) when a failed fsync's roll-back took acknowledged writes
+of those producers' open transactions."""
+
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 _CONTROL_KEY = struct.Struct(">hh")  # version 0, type
 _CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def _ignore(_result: int | BaseException) -> None:
+    """A group commit's waiter that wants no answer: a failure is the log's to report
+    (`fsync_failed`, then `Partition._roll_back_unsynced`)."""
 
 
 def control_type(batch: bytes | memoryview) -> int | None:
@@ -266,6 +283,7 @@ class Partition:
 
     __slots__ = (
         "_listeners",
+        "_rollbacks",
         "_waiters",
         "clock",
         "delays",
@@ -279,6 +297,7 @@ class Partition:
         "router",
         "tp",
         "txn_check",
+        "txn_lost",
     )
 
     def __init__(
@@ -300,6 +319,8 @@ class Partition:
         self.fsync_acks_all = fsync_acks_all
         """Whether FSYNCED waits for an fsync (the topic's weirmq.acks.all.fsync)."""
         self.producers = producers if producers is not None else PartitionProducers()
+        self._rollbacks = partition_log.rollbacks
+        """The log's roll-backs the producer state has followed (`_roll_back_unsynced`)."""
         self._listeners = listeners
         self._waiters: list[asyncio.Future[None]] = []
         self.router: PublishRouter | None = None
@@ -315,6 +336,9 @@ class Partition:
         self.txn_check: TxnCheck | None = None
         """The transaction coordinator's check of transactional writes (set by the broker);
         None refuses them."""
+        self.txn_lost: TxnLost | None = None
+        """Told of the producers whose open transaction lost writes here to a failed
+        fsync's roll-back (set by the broker: the coordinator fences them)."""
 
     def __repr__(self) -> str:
         return f"Partition({self.tp})"
@@ -353,8 +377,7 @@ class Partition:
         refusal = self.logs.publish_refusal
         if refusal is not None:
             raise StorageError(refusal)
-        if self.log.fsync_failed is not None:
-            self._roll_back_unsynced()  # before judging a retry against producer state
+        self.follow_roll_back()  # before judging a retry against producer state
         max_bytes = self.log.config.max_message_bytes
         headers = validate_batches(records, max_batch_bytes=max_bytes)
         if len(headers) != 1:
@@ -376,7 +399,7 @@ class Partition:
         if idempotent:
             duplicate, after_diverted = self._judge(header)
             if duplicate is not None:  # a retry: what it got the first time
-                return self._durable(duplicate, durability)
+                return self._durable(duplicate, durability, transactional)
         if delayed is not None:
             assert delays is not None
             return self._durable(self._divert(delays, delayed, records, header), durability)
@@ -401,7 +424,7 @@ class Partition:
             False,
             None,
         )
-        return self._durable(published, durability)
+        return self._durable(published, durability, transactional)
 
     def _check_transactional(self, header: BatchHeader) -> None:
         if header.attributes & ATTR_CONTROL:
@@ -432,6 +455,7 @@ class Partition:
         marker's offset (fsync the log past it before counting it written), or None when
         the producer has no transaction open here (already ended: a marker written again
         after a crash is a no-op)."""
+        self.follow_roll_back()  # it may have cut the transaction's first write
         if producer_id not in self.producers.ongoing:
             return None
         refusal = self.logs.publish_refusal
@@ -455,9 +479,17 @@ class Partition:
         self._appended(len(batch), 1)
         return info.base_offset
 
-    def _durable(self, published: Published, durability: Durability) -> Published:
-        """Set what must be fsynced before the write may be acknowledged."""
-        if durability is Durability.FSYNCED and self.fsync_acks_all:
+    def _durable(
+        self, published: Published, durability: Durability, transactional: bool = False
+    ) -> Published:
+        """Set what must be fsynced before the write may be acknowledged (nothing for a
+        transactional batch: see the module docstring)."""
+        if durability is Durability.FSYNCED and self.fsync_acks_all and transactional:
+            # Not waited for, but started now: the commit that needs it comes a round trip
+            # or more later, and then finds it done (or under way) instead of starting it.
+            self.logs.when_durable(self.log, published.last_offset + 1, _ignore)
+            published.durable_offset = None
+        elif durability is Durability.FSYNCED and self.fsync_acks_all:
             if published.durable_partition is None:  # else diverted: set by `_divert`
                 published.durable_offset = published.last_offset + 1
         else:
@@ -581,8 +613,7 @@ class Partition:
     def read(self, offset: int, max_bytes: int) -> ReadResult:
         """Whole batches from the one holding `offset`, below the high watermark; raises
         OffsetOutOfRangeError outside [log start, high watermark]."""
-        if self.log.fsync_failed is not None:
-            self._roll_back_unsynced()
+        self.follow_roll_back()
         start, end = self.log.log_start_offset, self.high_watermark
         if not start <= offset <= end:
             raise OffsetOutOfRangeError(
@@ -619,12 +650,33 @@ class Partition:
             read = dataclasses.replace(read, records=records[:position])
         return read, self.log.aborted_txns(offset, upper)
 
+    def follow_roll_back(self) -> None:
+        """After a failed fsync, roll the log back now, or follow a roll-back it made on
+        its own (its append or read, called by others than this partition): the producer
+        state is rebuilt and the cut transactions reported (`_roll_back_unsynced`)."""
+        if self.log.fsync_failed is not None or self.log.rollbacks != self._rollbacks:
+            self._roll_back_unsynced()
+
     def _roll_back_unsynced(self) -> None:
         """An fsync of this log failed: drop what it did not make durable (storage/log.py),
         and forget the idempotent batches dropped with it, so that a producer's retry of
-        one is written again rather than answered as a duplicate of nothing."""
-        if self.log.roll_back_unsynced():
-            self.load_producers()
+        one is written again rather than answered as a duplicate of nothing. Open
+        transactions that had a batch dropped are reported (`txn_lost`): those batches
+        were acknowledged, so their transactions must not commit."""
+        partition_log = self.log
+        partition_log.roll_back_unsynced()  # unless the log did already (its append, read)
+        if partition_log.rollbacks == self._rollbacks:
+            return
+        self._rollbacks = partition_log.rollbacks
+        end = partition_log.log_end_offset  # the last good fsync's offset
+        cut = []
+        for producer_id in self.producers.ongoing:
+            entry = self.producers.entry(producer_id)
+            if entry is not None and entry.batches and entry.batches[-1].last_offset >= end:
+                cut.append(producer_id)
+        self.load_producers()
+        if cut and self.txn_lost is not None:
+            self.txn_lost(self.tp, cut)
 
     # --- waiting readers ----------------------------------------------------------------
 
@@ -718,6 +770,8 @@ class Partition:
         partition_log = self.log
         end = partition_log.log_end_offset
         if partition_log.offline_reason is not None or partition_log.flushed_offset < end:
+            return None
+        if partition_log.rollbacks != self._rollbacks:  # a roll-back it has not followed
             return None
         return self.producers.snapshot(end)
 

@@ -13,16 +13,29 @@ decisions out, in the order that makes a crash in any phase recoverable:
 - **AddPartitionsToTxn** is answered once its state is appended, without waiting for the
   fsync, when the id's previous end (COMPLETE_*) is already durable. What a crash can
   then take back is only partitions added to an open transaction, and that is caught:
-  the producer's write to such a partition is acknowledged only once it is durable
-  there, so after the restart that partition holds an open transaction its coordinator
-  state does not cover, and the whole transaction is fenced (see **orphans**); a write
-  not yet durable was not acknowledged, and its retry is refused (`check_write`), so the
-  producer cannot commit either. The PREPARE that decides a commit is fsynced after
-  every add in the same log, so no commit rests on an add that was not durable. The
-  previous end must be durable first: were it lost with the add, the restart would
-  complete that end again and its marker would end the new transaction's writes too.
+  a killed process loses nothing it wrote, so the producer's write to such a partition
+  is still there after the restart, an open transaction its coordinator state does not
+  cover, and the whole transaction is fenced (see **orphans**); a write that never
+  reached the partition is refused on retry (`check_write`), so the producer cannot
+  commit either; and a machine's crash, which can take both the add and the write,
+  fences every id (**writes acknowledged before their fsync**, below). The PREPARE that
+  decides a commit is fsynced after every add in the same log, so no commit rests on an
+  add that was not durable. The previous end must be durable first: were it lost with
+  the add, the restart would complete that end again and its marker would end the new
+  transaction's writes too.
   AddOffsetsToTxn and TxnOffsetCommit keep their fsync: a transaction of offsets alone
   leaves no open transaction in any partition to tell of a lost state;
+- **writes acknowledged before their fsync**: a partition answers a transactional batch
+  once written, starting its fsync without waiting for it (broker/partition.py). So a
+  commit first waits until every partition of the transaction is fsynced
+  (`_writes_durable`; usually done by then), and only then logs PREPARE_COMMIT: a
+  decided commit never rests on a write a crash can take. What a crash could take
+  before is never committed: an fsync that fails fences the transaction (the commit is
+  answered PRODUCER_FENCED), and so does a partition's roll-back after a failed fsync
+  that cut one of its writes (`writes_lost`); after a machine's crash (storage/manager.py,
+  *Boot id*) every id not already ending is fenced at the load (`_fence_all`), since
+  either its writes or the adds that would tell of them may be gone. An id whose fence
+  could not be logged is *doomed*: its commit is refused until the timer logs the fence;
 - **ending a transaction** (`_complete`): PREPARE_COMMIT or PREPARE_ABORT is made durable
   first, and EndTxn is answered then, as Kafka answers it: the outcome is decided, and a
   restart finishes it. Then a marker goes to each of the transaction's partitions
@@ -100,6 +113,8 @@ MAX_COMPLETING = 1_000
 """Transaction ends (markers being written) in flight at most."""
 _OPEN = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
 _PREPARING = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
+FENCE_BATCH = 1_000
+"""Fences logged per batch when every id is fenced at once (`_fence_all`)."""
 COMPLETION_WAIT_S = 10.0
 """How long a request waits for its id's end to complete before it is answered
 CONCURRENT_TRANSACTIONS (retriable) instead."""
@@ -125,6 +140,10 @@ class TransactionService:
         """Per id, the log offset its last COMPLETE_* must be fsynced below before an add
         of the id is answered without its own fsync; dropped once it is (see `_end_durable`).
         At most one per id, and ids are bounded (`Limits.max_ids`)."""
+        self._doomed: dict[str, tuple[int, int, set[TopicPartition]]] = {}
+        """Ids whose open transaction lost writes to a failed fsync and could not be fenced
+        yet (the log refused the fence): producer id, epoch and the partitions. Their commit
+        is refused; the timer retries the fence. At most one per id."""
         self._timer: Timer | None = None
         self._started = False
         """Whether the first tick (at once after the start) was scheduled."""
@@ -167,6 +186,8 @@ class TransactionService:
             log.error("%s: replay stopped early: %s", TXN_TOPIC, exc)
         else:
             self._abort_orphans()
+            if self._broker.logs.unsynced_may_be_lost:
+                self._fence_all()
         if records:
             pending = len(self.coordinator.pending_completions())
             log.info(
@@ -175,6 +196,44 @@ class TransactionService:
                 records,
                 TXN_TOPIC,
                 pending,
+            )
+
+    def _fence_all(self) -> None:
+        """After a machine's crash (storage/manager.py, *Boot id*): fence every id not
+        already ending. Its producer's transactional writes were acknowledged before they
+        were fsynced, so the crash may have taken some, and with them the adds that would
+        tell: an id may even be back in COMPLETE_*, where its producer's EndTxn(commit)
+        would be taken for a retry. A decided end (PREPARE_*) is kept: its writes were
+        fsynced before it was logged. Logged now, completed at the first tick."""
+        coordinator = self.coordinator
+        now = self._broker.clock()
+        fences = [
+            coordinator.fence_lost(meta.transactional_id, (), now)
+            for meta in coordinator
+            if meta.state not in _PREPARING
+        ]
+        logged = 0
+        for start in range(0, len(fences), FENCE_BATCH):
+            chunk = fences[start : start + FENCE_BATCH]
+            try:
+                self._log([(meta.transactional_id, meta) for meta in chunk])
+                logged += len(chunk)
+            except KafkaError as exc:
+                # Doomed (`_doomed`): their commits are refused, the timer fences them.
+                log.error("%s: fencing after the machine's restart failed: %s", TXN_TOPIC, exc)
+                for meta in fences[start:]:
+                    old = coordinator.txns[meta.transactional_id]
+                    self._doomed[meta.transactional_id] = (
+                        old.producer_id,
+                        old.producer_epoch,
+                        set(),
+                    )
+                break
+        if logged:
+            log.warning(
+                "the machine restarted after an unclean stop: fenced %d transactional "
+                "id(s), aborting what they had open (their producers must start again)",
+                logged,
             )
 
     def _abort_orphans(self) -> None:
@@ -347,6 +406,13 @@ class TransactionService:
     ) -> ErrorCode:
         if not await self._settled(transactional_id):
             return ErrorCode.concurrent_transactions
+        if commit:
+            doomed = self._doomed.get(transactional_id)
+            if doomed is not None and doomed[:2] == (producer_id, epoch):
+                fenced = self._fence(transactional_id, doomed[2], "its fence is retried")
+                return ErrorCode.producer_fenced if fenced else ErrorCode.coordinator_not_available
+            if not await self._writes_durable(transactional_id, producer_id, epoch):
+                return ErrorCode.producer_fenced
         now = self._broker.clock()
         result: EndResult = self.coordinator.end_txn(
             transactional_id, producer_id, epoch, commit, now
@@ -361,6 +427,91 @@ class TransactionService:
         # Answered once PREPARE is durable (the outcome is decided); the markers follow.
         # Shielded: a client that goes away must not cancel anything half way.
         return await asyncio.shield(prepared)
+
+    async def _writes_durable(self, transactional_id: str, producer_id: int, epoch: int) -> bool:
+        """Before a commit is decided: fsync every partition of the transaction (its
+        writes were acknowledged without one, broker/partition.py). False when an fsync
+        failed: the transaction has been fenced then (its writes may be gone), and the
+        commit is refused. True also when the transaction is not this producer's open one:
+        `end_txn` then answers what the coordinator says."""
+        broker = self._broker
+        waited: set[TopicPartition] = set()
+        while True:
+            meta = self.coordinator.txns.get(transactional_id)
+            if (
+                meta is None
+                or (meta.producer_id, meta.producer_epoch) != (producer_id, epoch)
+                or meta.state is not TxnState.ONGOING
+            ):
+                return True
+            todo = meta.partitions - waited
+            if not todo:
+                return True
+            waits = []
+            for tp in sorted(todo):
+                partition = broker.partitions.get(tp)
+                if partition is not None:  # else deleted with its topic
+                    waits.append(partition.durable(partition.log_end_offset))
+            waited |= todo
+            try:
+                for wait in waits:
+                    await wait
+                for tp in todo:  # a roll-back made before the fsync worked again: fenced
+                    partition = broker.partitions.get(tp)
+                    if partition is not None:
+                        partition.follow_roll_back()
+            except (KafkaError, OSError) as exc:
+                log.error(
+                    "transaction %r: a partition's fsync failed before its commit: %s",
+                    transactional_id,
+                    exc,
+                )
+                self._fence_lost_writes(producer_id, todo)
+                return False  # fenced, or doomed until it is: no commit either way
+
+    def writes_lost(self, tp: TopicPartition, producer_ids: list[int]) -> None:
+        """For `Partition.txn_lost`: a failed fsync's roll-back took acknowledged writes of
+        these producers' open transactions in `tp`. Each is fenced, so none commits."""
+        for producer_id in producer_ids:
+            self._fence_lost_writes(producer_id, {tp})
+
+    def _fence_lost_writes(self, producer_id: int, tps: set[TopicPartition]) -> bool:
+        """Fence the open transaction of `producer_id`, whose writes in `tps` may be lost
+        (`_fence`); nothing to do when it is not open (the writes of a decided commit were
+        durable before its PREPARE)."""
+        coordinator = self.coordinator
+        txn_id = coordinator.transactional_id_of(producer_id)
+        meta = None if txn_id is None else coordinator.txns.get(txn_id)
+        if txn_id is None or meta is None or meta.state is not TxnState.ONGOING:
+            return True
+        return self._fence(txn_id, tps, "writes of it were lost to a failed fsync")
+
+    def _fence(self, txn_id: str, tps: set[TopicPartition], why: str) -> bool:
+        """Fence the id's producer with an abort of its transaction (a new one if none is
+        open) over its partitions and `tps`, logged now and completed in a task (or at the
+        next tick without a running loop). False if logging it failed: the id is then
+        *doomed* (`_doomed`), its commit refused until a retry of the fence (its EndTxn,
+        the timer) succeeds. An id already ending (PREPARE_*) is left to its end."""
+        meta = self.coordinator.txns[txn_id]
+        if meta.state in _PREPARING:
+            return True
+        fence = self.coordinator.fence_lost(txn_id, tps, self._broker.clock())
+        try:
+            self._log([(txn_id, fence)])
+        except KafkaError as exc:
+            log.error("transaction %r: fencing it failed (%s): %s", txn_id, why, exc)
+            self._doomed[txn_id] = (meta.producer_id, meta.producer_epoch, set(tps))
+            return False
+        self._doomed.pop(txn_id, None)
+        log.warning(
+            "transaction %r: %s: aborting it, producer epoch now %d",
+            txn_id,
+            why,
+            fence.producer_epoch,
+        )
+        if _running_loop():
+            self._start_completion(fence)
+        return True
 
     async def _answer(self, outcome: Outcome) -> ErrorCode:
         if outcome.error is not ErrorCode.none:
@@ -433,6 +584,8 @@ class TransactionService:
                 log.error("%s: cannot log %s: %s", txn_id, prepared.state.name, exc)
                 on_prepared.set_result(ErrorCode.coordinator_not_available)
                 return on_prepared, on_prepared
+            # An abort is what a doomed id needed (no commit is ever prepared for one).
+            self._doomed.pop(txn_id, None)
         task = loop.create_task(self._complete(prepared, on_prepared))
         self._completing[txn_id] = task
         task.add_done_callback(lambda _t: self._completing.pop(txn_id, None))
@@ -528,6 +681,16 @@ class TransactionService:
             if meta.transactional_id not in self._completing:
                 current = coordinator.txns[meta.transactional_id]
                 self._start_completion(current)
+        for txn_id, (producer_id, epoch, tps) in list(self._doomed.items()):
+            doomed = coordinator.txns.get(txn_id)
+            if (
+                doomed is None
+                or (doomed.producer_id, doomed.producer_epoch) != (producer_id, epoch)
+                or doomed.state in _PREPARING
+            ):
+                del self._doomed[txn_id]  # fenced or aborted otherwise meanwhile
+            else:
+                self._fence(txn_id, tps, "its fence is retried")  # drops it once logged
         for fenced in coordinator.timed_out(now):
             if len(self._completing) >= MAX_COMPLETING:
                 break
@@ -562,3 +725,11 @@ class TransactionService:
 
     def transactions(self) -> list[TxnMetadata]:
         return list(self.coordinator)
+
+
+def _running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -160,6 +160,9 @@ class FileLog:
         self._clean_prefix = 0  # see _set_segments
         self._offline: str | None = None
         self._fsync_failed: str | None = None  # see the module docstring
+        self.rollbacks = 0
+        """How many times `roll_back_unsynced` dropped offsets: an owner that keeps state
+        about the log's records compares it to see that its state must be rebuilt."""
         self._next_probe_ms = 0
         self._damage: list[Damage] = []  # sorted by offset, disjoint
         self._lost: list[tuple[int, int]] = []  # ranges repair gave up (damage.py)
@@ -747,6 +750,7 @@ class FileLog:
         dropped = self.log_end_offset - self._flushed
         if dropped > 0:
             self.truncate_to(self._flushed)
+            self.rollbacks += 1
             log.warning(
                 "partition log %s: %d offsets written after the last good fsync rolled back "
                 "(the log ends at %d again)",

@@ -6,6 +6,7 @@
         cleaner-tombstone-checkpoint         topic partition ms: oldest cleaned tombstone
         log-start-offset-checkpoint          topic partition offset: DeleteRecords' starts
         .clean-shutdown                      present only after an orderly close
+        .boot-id                             the kernel's boot id when this directory was opened
         orders-0/  orders-1/  ...            one FileLog each
         (and the owner's state files, written at close: the broker's producer state)
 
@@ -23,6 +24,19 @@ The marker vouches for everything before it. A kill at any point before it leave
 marker, and the next open recovers from the recovery points, which never claim more than
 what was durable when they were written. The owner may call step 1 itself
 (`flush_for_close`) to take its snapshots of durable logs before step 2.
+
+Boot id: appends reach the kernel at once (`pwritev`) and are fsynced later (a group
+commit, the periodic flush), so a killed process loses nothing it wrote, while a machine
+that stops (power, kernel panic) can lose what was not fsynced yet. Most writes are
+acknowledged only once fsynced, and then that loss takes nothing anyone was told of; a
+transactional batch is acknowledged before (broker/partition.py), so the broker must know
+which kind of stop it restarts from. `_load` compares the kernel's boot id
+(/proc/sys/kernel/random/boot_id, the same in every container of one kernel) with the one
+recorded in `.boot-id` at the previous open: after an unclean stop, a different one (or
+none to be read now) sets `unsynced_may_be_lost`, and the broker fences every transaction
+the stop may have cut. The new id is then recorded (fsynced, before any append). A
+directory without the file (new, or from a version that fsynced every acknowledged
+write) loses nothing either way.
 
 One `HandleCache` is shared by every log, so open files are bounded by `handles_max`
 whatever the number of partitions. One `GroupCommitter` thread serves `sync` (acks=all)
@@ -92,6 +106,11 @@ RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
 TOMBSTONE_FILE = "cleaner-tombstone-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+BOOT_ID_FILE = ".boot-id"
+BOOT_ID_SOURCE = Path("/proc/sys/kernel/random/boot_id")
+UNKNOWN_BOOT_ID = "unknown"
+"""Recorded where the kernel's boot id cannot be read: never equal to a later reading, so
+every unclean stop there counts as a machine's."""
 DELETED_SUFFIX = "-delete"
 _TRASH_PREFIX_CHARS = 200  # + "." + 32 hex digits + "-delete" stays within 255 bytes
 _CLEANER_DEFAULTS = CleanerSettings()
@@ -122,6 +141,15 @@ class StorageSettings:
 
 
 _FIRST_SEGMENT_FILE = f"{segment_name(0)}.log"
+
+
+def current_boot_id() -> str | None:
+    """The running kernel's boot id, None where it cannot be read (not Linux)."""
+    try:
+        found = BOOT_ID_SOURCE.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return found or None
 
 
 def _create_first_segment(directory: Path) -> None:
@@ -173,6 +201,9 @@ class LogManager:
         self.disk_full = False
         """Whether the last periodic write failed for lack of space (logged once per episode,
         and again when it clears)."""
+        self.unsynced_may_be_lost = False
+        """Whether the previous stop was unclean and the machine restarted since, so that
+        writes not yet fsynced then may be gone (see *Boot id*)."""
         self.publish_refusal: str | None = None
         """Why client publishes are refused now (free space below the broker's floor,
         broker/resources.py), None when they are not; the broker's own writes go on."""
@@ -201,6 +232,7 @@ class LogManager:
     def _load(self) -> None:
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        self._note_boot(clean)
         recovery_points = read_offsets(self.data_dir / RECOVERY_POINT_FILE)
         self._clean_offsets = dict(read_offsets(self.data_dir / CLEANER_CHECKPOINT_FILE))
         self._tombstones_ms = dict(read_offsets(self.data_dir / TOMBSTONE_FILE))
@@ -232,6 +264,33 @@ class LogManager:
             # broker on a full disk must still start so that its consumers can drain it.
             log.error("cannot write the checkpoints at start (%s): keeping the old ones", exc)
             self.disk_full = is_disk_full(exc)
+
+    def _note_boot(self, clean: bool) -> None:
+        """Set `unsynced_may_be_lost` and record this boot's id (see *Boot id*)."""
+        path = self.data_dir / BOOT_ID_FILE
+        try:
+            previous: str | None = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            previous = None
+        current = current_boot_id()
+        if not clean and previous is not None and previous != current:
+            self.unsynced_may_be_lost = True
+            log.warning(
+                "%s: the previous stop was unclean and the machine restarted since (boot id "
+                "%s, now %s): writes not yet fsynced then may be lost",
+                self.data_dir,
+                previous,
+                current or UNKNOWN_BOOT_ID,
+            )
+        recorded = current or UNKNOWN_BOOT_ID
+        if previous == recorded:
+            return
+        try:
+            write_files_atomically(self.data_dir, {BOOT_ID_FILE: recorded.encode() + b"\n"})
+        except OSError as exc:
+            # Safe to go on: the next unclean start then compares an older id, and at worst
+            # takes a process crash for a machine's.
+            log.error("cannot record the boot id in %s: %s", path, exc)
 
     def get(self, topic: str, partition: int) -> FileLog | None:
         return self._logs.get(TopicPartition(topic, partition))
