@@ -324,6 +324,11 @@ def test_a_transactional_write_is_acknowledged_without_waiting_for_an_fsync(
     assert retry.duplicate and retry.durable_offset is None
     published = partition.publish(plain(), Durability.FSYNCED)
     assert published.durable_offset == published.last_offset + 1
+    # Until the data directory records this boot (or after a failed fsync), a machine's
+    # crash could go unnoticed: transactional writes then wait for their fsync too.
+    partition.logs.boot_recorded = False
+    published = partition.publish(txn_batch(7, 2), Durability.FSYNCED)
+    assert published.durable_offset == published.last_offset + 1
 
 
 def test_a_roll_back_reports_the_open_transactions_it_cut(

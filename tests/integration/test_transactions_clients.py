@@ -429,11 +429,10 @@ def test_confluent_abortable_error_then_recovery(broker: BrokerProcess) -> None:
     assert committed == {0: [*values("after", 2), SENTINEL]}
     admin = kafka_admin(broker.bootstrap)
     try:
-        described = admin.describe_transactions([txn_id])[txn_id]
+        described = complete(admin, txn_id, "CompleteCommit")
     finally:
         admin.close()
     assert described.producer_epoch >= 1, "no KIP-360 epoch bump happened"
-    assert described.state == "CompleteCommit"
 
 
 @pytest.mark.slow
@@ -694,6 +693,17 @@ def _kafka_python_offset(offset: int) -> Any:
         return OffsetAndMetadata(offset, "")
 
 
+def complete(admin: Any, txn_id: str, state: str) -> Any:
+    """DescribeTransactions of `txn_id` once it reads `state` (an end is answered before
+    its markers are written, so it can read PrepareCommit or PrepareAbort just after)."""
+    deadline = Deadline(STEP_TIMEOUT_S, f"{txn_id} reaching {state}")
+    while (described := admin.describe_transactions([txn_id])[txn_id]).state != state:
+        assert described.state.startswith("Prepare"), described.state
+        deadline.check()
+        time.sleep(0.01)
+    return described
+
+
 def test_kafka_python_admin_views(broker: BrokerProcess) -> None:
     """DescribeTransactions, ListTransactions and DescribeProducers with kafka-python's
     admin client: an open transaction shows as Ongoing with its partitions, then
@@ -738,8 +748,9 @@ def test_kafka_python_admin_views(broker: BrokerProcess) -> None:
         assert active[0].current_transaction_start_offset == 0
 
         producer.commit_transaction(STEP_TIMEOUT_S)
-        described = admin.describe_transactions([txn_id])[txn_id]
-        assert described.state == "CompleteCommit"
+        # commit_transaction returns once PREPARE_COMMIT is durable, as with Kafka: the
+        # markers, then CompleteCommit, follow.
+        described = complete(admin, txn_id, "CompleteCommit")
         assert list(described.topic_partitions) == []
         assert described.transaction_start_time_ms == -1
         completed = _list(admin.list_transactions(state_filters=["Ongoing"]))

@@ -486,8 +486,13 @@ def test_an_unclean_stop_on_another_boot_may_have_lost_unsynced_writes(
     fake_boot(monkeypatch, tmp_path, boot_after)
     second = reopen_after_crash(data_dir, clock)
     assert second.unsynced_may_be_lost is lost
+    # A crash to deal with: the old id stays until the owner has dealt with it.
+    assert second.boot_recorded is not lost
     recorded = (data_dir / BOOT_ID_FILE).read_text().strip()
-    assert recorded == (boot_after or UNKNOWN_BOOT_ID)
+    assert recorded == ("boot-a" if lost else boot_after)
+    second.record_boot()
+    assert second.boot_recorded
+    assert (data_dir / BOOT_ID_FILE).read_text().strip() == (boot_after or UNKNOWN_BOOT_ID)
     second.close()
     # Judged once: a clean stop after it has lost nothing, on any boot.
     fake_boot(monkeypatch, tmp_path, "boot-c")
@@ -504,3 +509,35 @@ def test_without_a_readable_boot_id_every_unclean_stop_counts_as_the_machines(
     LogManager(data_dir, clock=clock, settings=SLOW_FLUSH)
     assert (data_dir / BOOT_ID_FILE).read_text().strip() == UNKNOWN_BOOT_ID
     assert reopen_after_crash(data_dir, clock).unsynced_may_be_lost
+
+
+def test_an_unreadable_boot_id_counts_as_a_machines_crash(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_boot(monkeypatch, tmp_path, "boot-a")
+    data_dir = tmp_path / "data"
+    LogManager(data_dir, clock=clock, settings=SLOW_FLUSH)
+    (data_dir / BOOT_ID_FILE).write_bytes(b"\xff\xfe not ascii")
+    assert reopen_after_crash(data_dir, clock).unsynced_may_be_lost
+
+
+def test_a_failed_fsync_makes_the_next_unclean_start_count_as_a_machines_crash(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel may mark the pages it failed to write clean: they read back after a
+    restart of the process, but are not on disk. So after a failed fsync the directory no
+    longer names this boot, and writes wait for their fsync again."""
+    fake_boot(monkeypatch, tmp_path, "boot-a")
+    data_dir = tmp_path / "data"
+    manager = LogManager(data_dir, clock=clock, settings=SLOW_FLUSH)
+    assert manager.boot_recorded
+    bad = manager.create("bad", 0)
+    bad.append(make_batch(2))
+    record_fsyncs(monkeypatch, failing="bad-0")
+    with pytest.raises(StorageError):
+        manager.sync(bad).result(timeout=10)
+    assert not manager.boot_recorded
+    assert (data_dir / BOOT_ID_FILE).read_text().strip() != "boot-a"
+    manager.record_boot()  # never again in this run: the failure stays recorded
+    assert not manager.boot_recorded
+    assert reopen_after_crash(data_dir, clock).unsynced_may_be_lost  # same boot, yet lost

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 
 from weirmq.broker.core import Broker
 from weirmq.broker.partition import CONTROL_ABORT, CONTROL_COMMIT, Durability, control_type
+from weirmq.broker.txn_service import TransactionService
 from weirmq.errors import ErrorCode
 from weirmq.records.batch import ATTR_TRANSACTIONAL, Record, encode_batch, parse_header
 from weirmq.settings import Settings
@@ -459,6 +461,93 @@ def test_a_commit_after_a_roll_back_no_one_followed_yet_is_refused(
         broker.close()
 
     asyncio.run(scenario())
+
+
+def test_a_write_that_comes_while_the_commit_waits_is_fsynced_before_prepare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EndTxn(commit) is waiting for t-1's fsync (made slow here) when the producer's next
+    batch lands in t-1, acknowledged unfsynced: PREPARE_COMMIT waits for that one too."""
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        real = log_module._fsync_path
+
+        def slow(path: str) -> None:
+            if "t-1" in path:
+                time.sleep(0.2)
+            real(path)
+
+        monkeypatch.setattr(log_module, "_fsync_path", slow)
+        service = broker.txns
+        at_prepare: list[list[tuple[int, int]]] = []
+        log_state = service._log
+
+        def spying_log(states: Iterable[tuple[str, TxnMetadata | None]]) -> None:
+            pairs = list(states)
+            if any(m is not None and m.state is TxnState.PREPARE_COMMIT for _t, m in pairs):
+                logs = [broker.partitions[tp].log for tp in TPS]
+                at_prepare.append([(lg.flushed_offset, lg.log_end_offset) for lg in logs])
+            log_state(pairs)
+
+        service._log = spying_log  # type: ignore[method-assign]
+        end = asyncio.ensure_future(service.end_txn(TID, pid, epoch, True))
+        await asyncio.sleep(0.05)  # EndTxn waits for t-1's fsync now
+        late = encode_batch(
+            [Record(b"late")],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=1,
+            attributes=ATTR_TRANSACTIONAL,
+        )
+        assert broker.partitions[TPS[1]].publish(late, Durability.FSYNCED).base_offset == 1
+        assert await asyncio.wait_for(end, STEP_TIMEOUT_S) is ErrorCode.none
+        assert at_prepare == [[(1, 1), (2, 2)]]  # the late write fsynced before PREPARE
+        monkeypatch.undo()
+        await completions(broker)
+        assert marker_at(broker, TPS[1], 2) == CONTROL_COMMIT
+        broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_start_that_fails_before_fencing_does_not_forget_the_machine_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a machine's crash, the first start dies before the coordinator's fences are
+    durable: the data directory still names the old boot, so the next start fences."""
+    clock = ManualClock()
+
+    async def before() -> tuple[int, int]:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        pid, epoch = await open_transaction(broker)
+        broker.close()
+        (tmp_path / CLEAN_SHUTDOWN_FILE).unlink()
+        forge_machine_restart_boot(tmp_path)
+        return pid, epoch
+
+    pid, epoch = asyncio.run(before())
+
+    def dies(_self: object) -> bool:
+        raise RuntimeError("killed during the start")
+
+    monkeypatch.setattr(TransactionService, "load", dies)
+    with pytest.raises(RuntimeError):
+        open_broker(tmp_path, clock)
+    monkeypatch.undo()
+    assert (tmp_path / BOOT_ID_FILE).read_text() == "a-boot-before-this-one\n"
+
+    async def after() -> None:
+        broker = open_broker(tmp_path, clock)
+        assert broker.logs.unsynced_may_be_lost and broker.logs.boot_recorded
+        assert await broker.txns.end_txn(TID, pid, epoch, True) is ErrorCode.producer_fenced
+        broker.close()
+
+    asyncio.run(after())
 
 
 def forge_machine_restart_boot(data_dir: Path) -> None:

@@ -237,7 +237,8 @@ class Broker:
         self.group_timer = GroupTimer(self.groups, self.group_replies, self.clock, self.timers)
         self.txns = TransactionService(self)
         """The transaction coordinator (broker/txn_service.py)."""
-        self.txns.load()
+        if self.txns.load() and not self.logs.boot_recorded:
+            self.logs.record_boot()  # after a machine's crash: its fences are durable now
         self.exchanges.load()
         self.delays.load()  # after the producer states are loaded
         self.logs.periodic_state = self.exchanges.cursor_file

@@ -484,7 +484,12 @@ class Partition:
     ) -> Published:
         """Set what must be fsynced before the write may be acknowledged (nothing for a
         transactional batch: see the module docstring)."""
-        if durability is Durability.FSYNCED and self.fsync_acks_all and transactional:
+        if (
+            durability is Durability.FSYNCED
+            and self.fsync_acks_all
+            and transactional
+            and self.logs.boot_recorded  # else a machine's crash would go unnoticed
+        ):
             # Not waited for, but started now: the commit that needs it comes a round trip
             # or more later, and then finds it done (or under way) instead of starting it.
             self.logs.when_durable(self.log, published.last_offset + 1, _ignore)
@@ -650,6 +655,16 @@ class Partition:
             read = dataclasses.replace(read, records=records[:position])
         return read, self.log.aborted_txns(offset, upper)
 
+    def txn_write_end(self, producer_id: int) -> int | None:
+        """The offset after `producer_id`'s last write here, while it has a transaction
+        open here (None otherwise): what must be fsynced before that transaction commits."""
+        if producer_id not in self.producers.ongoing:
+            return None
+        entry = self.producers.entry(producer_id)
+        if entry is None or not entry.batches:  # forgotten: the whole log, to be safe
+            return self.log.log_end_offset
+        return entry.batches[-1].last_offset + 1
+
     def follow_roll_back(self) -> None:
         """After a failed fsync, roll the log back now, or follow a roll-back it made on
         its own (its append or read, called by others than this partition): the producer
@@ -672,7 +687,8 @@ class Partition:
         cut = []
         for producer_id in self.producers.ongoing:
             entry = self.producers.entry(producer_id)
-            if entry is not None and entry.batches and entry.batches[-1].last_offset >= end:
+            # A producer whose entry was forgotten (evicted) may have lost writes too.
+            if entry is None or not entry.batches or entry.batches[-1].last_offset >= end:
                 cut.append(producer_id)
         self.load_producers()
         if cut and self.txn_lost is not None:

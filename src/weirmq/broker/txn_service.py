@@ -27,14 +27,16 @@ decisions out, in the order that makes a crash in any phase recoverable:
   leaves no open transaction in any partition to tell of a lost state;
 - **writes acknowledged before their fsync**: a partition answers a transactional batch
   once written, starting its fsync without waiting for it (broker/partition.py). So a
-  commit first waits until every partition of the transaction is fsynced
-  (`_writes_durable`; usually done by then), and only then logs PREPARE_COMMIT: a
-  decided commit never rests on a write a crash can take. What a crash could take
+  commit first waits until every write of the transaction is fsynced (`_writes_durable`;
+  usually done by then; it returns only from a pass that waited for nothing, and nothing
+  is awaited between it and PREPARE_COMMIT's append, so a write that lands meanwhile is
+  waited for too): a decided commit never rests on a write a crash can take. What a crash could take
   before is never committed: an fsync that fails fences the transaction (the commit is
   answered PRODUCER_FENCED), and so does a partition's roll-back after a failed fsync
   that cut one of its writes (`writes_lost`); after a machine's crash (storage/manager.py,
   *Boot id*) every id not already ending is fenced at the load (`_fence_all`), since
-  either its writes or the adds that would tell of them may be gone. An id whose fence
+  either its writes or the adds that would tell of them may be gone; the data directory
+  forgets the crash only once those fences are durable. An id whose fence
   could not be logged is *doomed*: its commit is refused until the timer logs the fence;
 - **ending a transaction** (`_complete`): PREPARE_COMMIT or PREPARE_ABORT is made durable
   first, and EndTxn is answered then, as Kafka answers it: the outcome is decided, and a
@@ -158,16 +160,20 @@ class TransactionService:
             found = broker.partitions[TopicPartition(TXN_TOPIC, 0)]
         return found
 
-    def load(self) -> None:
+    def load(self) -> bool:
         """Replay the log into the coordinator, then abort the orphans (only when the log
-        was read whole: a state it could not read may be what covers one)."""
+        was read whole: a state it could not read may be what covers one) and, after a
+        machine's crash, fence every id (`_fence_all`). Returns whether that is all done
+        and durable: only then may the data directory forget the crash
+        (`LogManager.record_boot`); else the next start fences again."""
         partition = self._partition(False)
         if partition is None:
             self._abort_orphans()
-            return
+            return True
         if partition.offline_reason is not None:
             log.error("%s is offline: transactions are not recovered", TXN_TOPIC)
-            return
+            return False
+        settled = False
         records = 0
         try:
             for batch in scan_batches(partition.log, partition.log_start_offset):
@@ -186,8 +192,7 @@ class TransactionService:
             log.error("%s: replay stopped early: %s", TXN_TOPIC, exc)
         else:
             self._abort_orphans()
-            if self._broker.logs.unsynced_may_be_lost:
-                self._fence_all()
+            settled = not self._broker.logs.unsynced_may_be_lost or self._fence_all()
         if records:
             pending = len(self.coordinator.pending_completions())
             log.info(
@@ -197,14 +202,16 @@ class TransactionService:
                 TXN_TOPIC,
                 pending,
             )
+        return settled
 
-    def _fence_all(self) -> None:
+    def _fence_all(self) -> bool:
         """After a machine's crash (storage/manager.py, *Boot id*): fence every id not
         already ending. Its producer's transactional writes were acknowledged before they
         were fsynced, so the crash may have taken some, and with them the adds that would
         tell: an id may even be back in COMPLETE_*, where its producer's EndTxn(commit)
         would be taken for a retry. A decided end (PREPARE_*) is kept: its writes were
-        fsynced before it was logged. Logged now, completed at the first tick."""
+        fsynced before it was logged. Logged and fsynced now, completed at the first tick;
+        whether all of that worked."""
         coordinator = self.coordinator
         now = self._broker.clock()
         fences = [
@@ -235,6 +242,16 @@ class TransactionService:
                 "id(s), aborting what they had open (their producers must start again)",
                 logged,
             )
+        if logged < len(fences):
+            return False
+        partition = self._partition(False)
+        try:
+            if partition is not None:
+                partition.log.flush()  # the fences durable before the crash is forgotten
+        except (KafkaError, OSError) as exc:
+            log.error("%s: the fences are not durable: %s", TXN_TOPIC, exc)
+            return False
+        return True
 
     def _abort_orphans(self) -> None:
         """After replay: end every open transaction of a partition that the coordinator does
@@ -406,13 +423,12 @@ class TransactionService:
     ) -> ErrorCode:
         if not await self._settled(transactional_id):
             return ErrorCode.concurrent_transactions
-        if commit:
+        if commit and not await self._writes_durable(transactional_id, producer_id, epoch):
             doomed = self._doomed.get(transactional_id)
             if doomed is not None and doomed[:2] == (producer_id, epoch):
-                fenced = self._fence(transactional_id, doomed[2], "its fence is retried")
-                return ErrorCode.producer_fenced if fenced else ErrorCode.coordinator_not_available
-            if not await self._writes_durable(transactional_id, producer_id, epoch):
-                return ErrorCode.producer_fenced
+                return ErrorCode.coordinator_not_available  # retriable: the fence is retried
+            return ErrorCode.producer_fenced
+        # No await from here to PREPARE_COMMIT's append (see `_writes_durable`).
         now = self._broker.clock()
         result: EndResult = self.coordinator.end_txn(
             transactional_id, producer_id, epoch, commit, now
@@ -425,17 +441,20 @@ class TransactionService:
             return ErrorCode.concurrent_transactions
         _task, prepared = self._begin_completion(result.prepare)
         # Answered once PREPARE is durable (the outcome is decided); the markers follow.
-        # Shielded: a client that goes away must not cancel anything half way.
-        return await asyncio.shield(prepared)
+        # Not shielded (a hop less): a client that goes away cancels only this future,
+        # which the completion's task then leaves alone; the task itself goes on.
+        return await prepared
 
     async def _writes_durable(self, transactional_id: str, producer_id: int, epoch: int) -> bool:
-        """Before a commit is decided: fsync every partition of the transaction (its
-        writes were acknowledged without one, broker/partition.py). False when an fsync
-        failed: the transaction has been fenced then (its writes may be gone), and the
-        commit is refused. True also when the transaction is not this producer's open one:
-        `end_txn` then answers what the coordinator says."""
+        """Before a commit is decided: wait until every write of the transaction is fsynced
+        (they were acknowledged without one, broker/partition.py). Returns only from a
+        pass that found them all durable without waiting, so that nothing (a write that
+        came meanwhile, a roll-back) can slip in before `end_txn` logs PREPARE_COMMIT,
+        which it does without awaiting anything. False when the commit must be refused:
+        an fsync failed, or a roll-back cut a write (the transaction is then fenced, or
+        doomed until it is: `_fence`). True also when the transaction is not this
+        producer's open one: `end_txn` then answers what the coordinator says."""
         broker = self._broker
-        waited: set[TopicPartition] = set()
         while True:
             meta = self.coordinator.txns.get(transactional_id)
             if (
@@ -444,29 +463,34 @@ class TransactionService:
                 or meta.state is not TxnState.ONGOING
             ):
                 return True
-            todo = meta.partitions - waited
-            if not todo:
-                return True
-            waits = []
-            for tp in sorted(todo):
-                partition = broker.partitions.get(tp)
-                if partition is not None:  # else deleted with its topic
-                    waits.append(partition.durable(partition.log_end_offset))
-            waited |= todo
+            doomed = self._doomed.get(transactional_id)
+            if doomed is not None and doomed[:2] == (producer_id, epoch):
+                self._fence(transactional_id, doomed[2], "its fence is retried")
+                return False
+            pending: list[tuple[TopicPartition, Partition, int]] = []
             try:
-                for wait in waits:
-                    await wait
-                for tp in todo:  # a roll-back made before the fsync worked again: fenced
+                for tp in sorted(meta.partitions):
                     partition = broker.partitions.get(tp)
-                    if partition is not None:
-                        partition.follow_roll_back()
+                    if partition is None:
+                        continue  # deleted with its topic
+                    partition.follow_roll_back()  # a cut write fences the transaction
+                    end = partition.txn_write_end(producer_id)
+                    if end is not None and partition.log.flushed_offset < end:
+                        pending.append((tp, partition, end))
+                current = self.coordinator.txns.get(transactional_id)
+                if current is not meta:
+                    continue  # fenced (or otherwise changed) by a roll-back: judge again
+                if not pending:
+                    return True
+                for _tp, partition, end in pending:
+                    await partition.durable(end)
             except (KafkaError, OSError) as exc:
                 log.error(
                     "transaction %r: a partition's fsync failed before its commit: %s",
                     transactional_id,
                     exc,
                 )
-                self._fence_lost_writes(producer_id, todo)
+                self._fence_lost_writes(producer_id, {tp for tp, _p, _e in pending})
                 return False  # fenced, or doomed until it is: no commit either way
 
     def writes_lost(self, tp: TopicPartition, producer_ids: list[int]) -> None:
@@ -584,8 +608,8 @@ class TransactionService:
                 log.error("%s: cannot log %s: %s", txn_id, prepared.state.name, exc)
                 on_prepared.set_result(ErrorCode.coordinator_not_available)
                 return on_prepared, on_prepared
-            # An abort is what a doomed id needed (no commit is ever prepared for one).
-            self._doomed.pop(txn_id, None)
+            if prepared.state is TxnState.PREPARE_ABORT:
+                self._doomed.pop(txn_id, None)  # an abort is what a doomed id needed
         task = loop.create_task(self._complete(prepared, on_prepared))
         self._completing[txn_id] = task
         task.add_done_callback(lambda _t: self._completing.pop(txn_id, None))
@@ -598,10 +622,12 @@ class TransactionService:
         try:
             try:
                 await self._durable()  # PREPARE first: no marker before the outcome is durable
-                on_prepared.set_result(ErrorCode.none)
+                if not on_prepared.done():  # else cancelled: its client went away
+                    on_prepared.set_result(ErrorCode.none)
             finally:
                 if not on_prepared.done():  # not durable: the timer tries again
                     on_prepared.set_result(ErrorCode.coordinator_not_available)
+            await asyncio.sleep(0)  # EndTxn's answer goes out before the markers are written
             await self._write_markers(prepared)
             self._log([(txn_id, self.coordinator.completed(prepared, self._broker.clock()))])
             partition = self._partition(False)

@@ -49,10 +49,13 @@ class GroupCommitter:
         *,
         interval_ms: int | None = None,
         periodic: Callable[[], None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
         name: str = "weirmq-flusher",
     ) -> None:
         self._interval_s = interval_ms / 1000 if interval_ms else None
         self._periodic = periodic
+        self._on_failure = on_failure
+        """Told (on this thread) of every failed flush, before its waiters."""
         self._cond = threading.Condition()
         self._pending: dict[int, tuple[Flushable, list[tuple[int, Waiter]]]] = {}
         self._closed = False
@@ -129,6 +132,8 @@ class GroupCommitter:
             self.flush_latency.observe(time.perf_counter() - started)
             self.fsynced_logs += 1
         except Exception as exc:  # an I/O error belongs to the waiters, not to this thread
+            if self._on_failure is not None:
+                self._on_failure(exc)
             for _offset, waiter in waiters:
                 waiter(exc)
             return

@@ -33,10 +33,16 @@ transactional batch is acknowledged before (broker/partition.py), so the broker 
 which kind of stop it restarts from. `_load` compares the kernel's boot id
 (/proc/sys/kernel/random/boot_id, the same in every container of one kernel) with the one
 recorded in `.boot-id` at the previous open: after an unclean stop, a different one (or
-none to be read now) sets `unsynced_may_be_lost`, and the broker fences every transaction
-the stop may have cut. The new id is then recorded (fsynced, before any append). A
-directory without the file (new, or from a version that fsynced every acknowledged
-write) loses nothing either way.
+none to be read now, or a file that cannot be read) sets `unsynced_may_be_lost`, and the
+broker fences every transaction the stop may have cut. The new id is recorded (fsynced)
+at once when there is nothing to deal with, else by the owner (`record_boot`) once what
+it did about it is durable: a start that dies before then leaves the old id, and the
+next start deals with it again. A directory without the file (new, or from a version that
+fsynced every acknowledged write) loses nothing either way. After a failed fsync, the
+kernel may have marked the pages it could not write clean, so that they read back after a
+mere process restart though they are not on disk: `_note_fsync_failure` then records an id
+no boot has, so the next unclean start counts as a machine's. `boot_recorded` says whether
+the file names this boot now; while it does not, writes must wait for their fsync.
 
 One `HandleCache` is shared by every log, so open files are bounded by `handles_max`
 whatever the number of partitions. One `GroupCommitter` thread serves `sync` (acks=all)
@@ -108,6 +114,8 @@ TOMBSTONE_FILE = "cleaner-tombstone-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 BOOT_ID_FILE = ".boot-id"
 BOOT_ID_SOURCE = Path("/proc/sys/kernel/random/boot_id")
+FSYNC_FAILED_BOOT_ID = b"fsync-failed\n"
+"""Recorded after a failed fsync: no boot's id, so the next unclean start fences."""
 UNKNOWN_BOOT_ID = "unknown"
 """Recorded where the kernel's boot id cannot be read: never equal to a later reading, so
 every unclean stop there counts as a machine's."""
@@ -204,6 +212,13 @@ class LogManager:
         self.unsynced_may_be_lost = False
         """Whether the previous stop was unclean and the machine restarted since, so that
         writes not yet fsynced then may be gone (see *Boot id*)."""
+        self.boot_recorded = False
+        """Whether `.boot-id` holds this boot's id, so that a machine's crash from now on
+        will be known at the next start. Until it does (and after any failed fsync), the
+        owner must not acknowledge a write before its fsync (see *Boot id*)."""
+        self._boot_lock = threading.Lock()
+        self._boot_poisoned = False
+        """An fsync failed in this run (`_note_fsync_failure`)."""
         self.publish_refusal: str | None = None
         """Why client publishes are refused now (free space below the broker's floor,
         broker/resources.py), None when they are not; the broker's own writes go on."""
@@ -214,7 +229,9 @@ class LogManager:
         """Per compacted log, when the oldest tombstone of its cleaned part was cleaned."""
         self._load()
         self.committer = GroupCommitter(
-            interval_ms=self.settings.flush_interval_ms, periodic=self._periodic_flush
+            interval_ms=self.settings.flush_interval_ms,
+            periodic=self._periodic_flush,
+            on_failure=self._note_fsync_failure,
         )
         self.cleaner = LogCleaner(
             logs=self.logs,
@@ -266,31 +283,64 @@ class LogManager:
             self.disk_full = is_disk_full(exc)
 
     def _note_boot(self, clean: bool) -> None:
-        """Set `unsynced_may_be_lost` and record this boot's id (see *Boot id*)."""
+        """Set `unsynced_may_be_lost`; record this boot's id now unless it is set (then the
+        owner records it with `record_boot` once it has acted on it)."""
         path = self.data_dir / BOOT_ID_FILE
         try:
             previous: str | None = path.read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            previous = None
+        except FileNotFoundError:
+            previous = None  # a new directory, or from a version that fsynced every ack
+        except (OSError, UnicodeDecodeError) as exc:
+            log.error("cannot read %s (%s): taking the previous stop for a machine's", path, exc)
+            previous = UNKNOWN_BOOT_ID + " (unreadable)"
         current = current_boot_id()
         if not clean and previous is not None and previous != current:
             self.unsynced_may_be_lost = True
             log.warning(
-                "%s: the previous stop was unclean and the machine restarted since (boot id "
-                "%s, now %s): writes not yet fsynced then may be lost",
+                "%s: the previous stop was unclean and the machine restarted since, or an "
+                "fsync had failed (boot id %s, now %s): writes not yet fsynced then may be lost",
                 self.data_dir,
                 previous,
                 current or UNKNOWN_BOOT_ID,
             )
-        recorded = current or UNKNOWN_BOOT_ID
-        if previous == recorded:
             return
-        try:
-            write_files_atomically(self.data_dir, {BOOT_ID_FILE: recorded.encode() + b"\n"})
-        except OSError as exc:
-            # Safe to go on: the next unclean start then compares an older id, and at worst
-            # takes a process crash for a machine's.
-            log.error("cannot record the boot id in %s: %s", path, exc)
+        self._record_boot(previous)
+
+    def record_boot(self) -> None:
+        """Record this boot's id: the owner has dealt with `unsynced_may_be_lost` (its
+        consequences are durable), or there was nothing to deal with."""
+        self._record_boot(None)
+
+    def _record_boot(self, previous: str | None) -> None:
+        recorded = current_boot_id() or UNKNOWN_BOOT_ID
+        with self._boot_lock:
+            if self._boot_poisoned:
+                return
+            try:
+                if previous != recorded:
+                    write_files_atomically(self.data_dir, {BOOT_ID_FILE: recorded.encode() + b"\n"})
+            except OSError as exc:
+                # Transactional writes then wait for their fsync (`boot_recorded` stays False).
+                log.error("cannot record the boot id in %s: %s", self.data_dir, exc)
+                return
+            self.boot_recorded = True
+
+    def _note_fsync_failure(self, exc: BaseException) -> None:
+        """An fsync failed somewhere (any thread). The kernel may have marked the pages it
+        could not write clean, so that they read back after a restart of the process yet
+        are not on disk: from now on the next unclean start must count as a machine's
+        (`.boot-id` no longer names this boot), and writes wait for their fsync again."""
+        with self._boot_lock:
+            if self._boot_poisoned:
+                return
+            self._boot_poisoned = True
+            self.boot_recorded = False
+            try:
+                write_files_atomically(self.data_dir, {BOOT_ID_FILE: FSYNC_FAILED_BOOT_ID})
+            except OSError as write_exc:
+                log.error(
+                    "after a failed fsync (%s), cannot mark %s: %s", exc, BOOT_ID_FILE, write_exc
+                )
 
     def get(self, topic: str, partition: int) -> FileLog | None:
         return self._logs.get(TopicPartition(topic, partition))
@@ -404,6 +454,7 @@ class LogManager:
                 for log_, exc in failed.items():
                     log.error("periodic flush of %s failed: %s", log_.directory.name, exc)
                 if failed:
+                    self._note_fsync_failure(next(iter(failed.values())))
                     state = None
             self.write_checkpoints()
             if state and state != self._periodic_written:
@@ -541,6 +592,8 @@ class LogManager:
             )
             for log_, exc in failed.items():
                 log.error("flushing %s on close failed: %s", log_.directory.name, exc)
+            if failed:
+                self._note_fsync_failure(next(iter(failed.values())))
             self._flushed_for_close = all(lg.offline_reason is None for lg in logs) and not failed
         return self._flushed_for_close
 
