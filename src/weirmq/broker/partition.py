@@ -57,11 +57,13 @@ fsyncs each of the transaction's partitions before it logs PREPARE_COMMIT
 (broker/txn_service.py), so one fsync per partition per transaction replaces one per
 batch. What a crash could take between the answer and that fsync is caught: a failed
 fsync's roll-back reports the open transactions it cut (`txn_lost`), which are fenced,
-and a machine crash fences every transaction open at it (storage/manager.py, *Boot id*);
-a killed process loses nothing it wrote, so nothing is fenced then. A transactional batch is
-never delayed or routed: delayed delivery and exchanges act at the append, before anyone
-knows whether the transaction commits, so a transactional write to an exchange's topic is
-refused, and delay headers in one are not acted on.
+and after a machine's crash every transactional id is fenced (storage/manager.py, *Boot
+id*); a killed process loses nothing it wrote, so nothing is fenced then. Until the data
+directory has recorded the boot (and after any failed fsync) transactional batches wait
+for their fsync like others. A transactional batch is never delayed or routed: delayed
+delivery and exchanges act at the append, before anyone knows whether the transaction
+commits, so a transactional write to an exchange's topic is refused, and delay headers
+in one are not acted on.
 
 Waiting readers (`wait`): a long-polling reader registers one future on every partition
 it reads; an append resolves the futures of its partition, the reader's deadline (a

@@ -30,14 +30,15 @@ decisions out, in the order that makes a crash in any phase recoverable:
   commit first waits until every write of the transaction is fsynced (`_writes_durable`;
   usually done by then; it returns only from a pass that waited for nothing, and nothing
   is awaited between it and PREPARE_COMMIT's append, so a write that lands meanwhile is
-  waited for too): a decided commit never rests on a write a crash can take. What a crash could take
-  before is never committed: an fsync that fails fences the transaction (the commit is
-  answered PRODUCER_FENCED), and so does a partition's roll-back after a failed fsync
-  that cut one of its writes (`writes_lost`); after a machine's crash (storage/manager.py,
-  *Boot id*) every id not already ending is fenced at the load (`_fence_all`), since
-  either its writes or the adds that would tell of them may be gone; the data directory
-  forgets the crash only once those fences are durable. An id whose fence
-  could not be logged is *doomed*: its commit is refused until the timer logs the fence;
+  waited for too): a decided commit never rests on a write a crash can take. What a
+  crash could take before is never committed: an fsync that fails fences the transaction
+  (the commit is answered PRODUCER_FENCED), and so does a partition's roll-back after a
+  failed fsync that cut one of its writes (`writes_lost`); after a machine's crash
+  (storage/manager.py, *Boot id*) every id not already ending is fenced at the load
+  (`_fence_all`), since either its writes or the adds that would tell of them may be
+  gone; the data directory forgets the crash only once those fences are durable. An id
+  whose fence could not be logged is *doomed*: its commit is refused until the timer
+  logs the fence;
 - **ending a transaction** (`_complete`): PREPARE_COMMIT or PREPARE_ABORT is made durable
   first, and EndTxn is answered then, as Kafka answers it: the outcome is decided, and a
   restart finishes it. Then a marker goes to each of the transaction's partitions
