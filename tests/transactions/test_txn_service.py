@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from weirmq.broker.core import Broker
-from weirmq.broker.partition import CONTROL_ABORT, CONTROL_COMMIT, Durability, control_type
+from weirmq.broker.partition import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    Durability,
+    Partition,
+    control_type,
+)
 from weirmq.broker.txn_service import TransactionService
 from weirmq.errors import ErrorCode
 from weirmq.records.batch import ATTR_TRANSACTIONAL, Record, encode_batch, parse_header
@@ -293,6 +299,16 @@ def fail_fsyncs_of(monkeypatch: pytest.MonkeyPatch, needle: str) -> None:
     monkeypatch.setattr(log_module, "_fsync_path", failing)
 
 
+async def fail_an_fsync_of_t1(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Partition:
+    """t-1's next fsync, and every one after, fails: its log's unsynced writes (the open
+    transaction's) are now to be rolled back. Returns t-1's partition."""
+    partition = broker.partitions[TPS[1]]
+    fail_fsyncs_of(monkeypatch, "t-1")
+    with pytest.raises(StorageError):
+        await partition.durable(partition.log_end_offset)
+    return partition
+
+
 async def _fenced(broker: Broker, pid: int, epoch: int) -> TxnMetadata:
     """The transaction was fenced: aborted with its epoch bumped, its commit refused."""
     meta = broker.txns.describe(TID)
@@ -363,10 +379,7 @@ def test_a_roll_back_that_cuts_an_open_transaction_fences_it(
         broker = open_broker(tmp_path, clock)
         broker.create_topic("t", 2)
         pid, epoch = await open_transaction(broker)
-        partition = broker.partitions[TPS[1]]
-        fail_fsyncs_of(monkeypatch, "t-1")
-        with pytest.raises(StorageError):
-            await partition.durable(partition.log_end_offset)
+        partition = await fail_an_fsync_of_t1(broker, monkeypatch)
         assert broker.txns.describe(TID).state is TxnState.ONGOING  # type: ignore[union-attr]
         partition.read(0, 1 << 16)  # the next touch of the log rolls it back
         assert partition.log_end_offset == 0 and pid not in partition.producers.ongoing
@@ -447,10 +460,7 @@ def test_a_commit_after_a_roll_back_no_one_followed_yet_is_refused(
         broker = open_broker(tmp_path, clock)
         broker.create_topic("t", 2)
         pid, epoch = await open_transaction(broker)
-        partition = broker.partitions[TPS[1]]
-        fail_fsyncs_of(monkeypatch, "t-1")
-        with pytest.raises(StorageError):
-            await partition.durable(partition.log_end_offset)
+        partition = await fail_an_fsync_of_t1(broker, monkeypatch)
         monkeypatch.undo()
         partition.log.roll_back_unsynced()
         assert partition.log.probe_fsync()
