@@ -126,8 +126,14 @@ def create_topic(
     return name, time.perf_counter() - start
 
 
-def delete_topic(target: Target, name: str) -> None:
-    if not target.own:  # ours go away with the broker's data directory
+def delete_topic(target: Target, name: str, even_ours: bool = False) -> None:
+    """Delete `name` from an external broker; ours keep theirs (they go with the broker's
+    data directory) unless `even_ours`. Deleting frees the topic's page-cache pages for
+    the next writes to reuse: on a virtual machine, a write to guest memory never touched
+    since boot is several times slower (measured here: 1 MiB into new page-cache pages in
+    1.2-1.6 ms, 0.2 ms into reused ones), so a case measured after gigabytes kept runs
+    slower than the same case on a recycled cache, as a long-running broker's is."""
+    if not target.own or even_ours:
         admin = AdminClient({"bootstrap.servers": target.bootstrap})  # alive until answered
         admin.delete_topics([name], operation_timeout=60)[name].result()
 
@@ -1131,25 +1137,26 @@ def transactions(run: Run) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {IDEMPOTENT_CASE: [], TXN_CASE: []}
     failures: dict[str, str] = {}
     with run.broker() as target:
-        # A warm-up, not counted: a fresh broker's first measurement runs far faster than
-        # any after it (measured: 150-260k msg/s, then 100-150k, with idempotent rounds
-        # alone), which would make the first case's figures the other's baseline.
+        # A warm-up, not counted: a fresh broker's first requests load code (kio loads a
+        # message class on its first use), which no later round should pay for.
         topic, _ = create_topic(target, 1, "transactions-warm-up")
         try:
             measure_produce(run, target, topic, KB, 1, duration_s,
                             {"enable.idempotence": True, "acks": "all"})
         finally:
-            delete_topic(target, topic)
+            delete_topic(target, topic, even_ours=True)
         pair = ((IDEMPOTENT_CASE, None), (TXN_CASE, TRANSACTION_MESSAGES))
         for round_number in range(rounds):
-            # ABBA: the order flips every round, so that a machine slowing down through
-            # the run (this one's disk does: both cases' rounds fall as it goes) weighs on
-            # both cases alike rather than always on the second.
+            # ABBA: the order flips every round, so that a machine drifting through the
+            # run weighs on both cases alike rather than always on the second.
             for name, per in pair if round_number % 2 == 0 else pair[::-1]:
                 run.log(f"  {name}, round {round_number + 1} of {rounds} ...")
-                # A topic of its own per measurement, deleted after, and the machine's
-                # dirty pages written out first: every one starts from an empty log, not
-                # behind gigabytes the kernel is still writing back.
+                # A topic of its own per measurement, deleted after (even on our own
+                # broker: `delete_topic`), and the machine's dirty pages written out
+                # first: every one starts from an empty log on a recycled page cache,
+                # not behind gigabytes the kernel is still writing back. (Kept, the
+                # topics made every round slower than the one before, idempotent ones
+                # most: 250k msg/s, then 160-170k.)
                 topic, _ = create_topic(target, 1, "transactions")
                 os.sync()
                 try:
@@ -1162,7 +1169,7 @@ def transactions(run: Run) -> dict[str, Any]:
                     failures[name] = f"{type(exc).__name__}: {exc}"
                     continue
                 finally:
-                    delete_topic(target, topic)
+                    delete_topic(target, topic, even_ours=True)
                 runs[name].append(figures)
     cases: list[dict[str, Any]] = []
     for name, measured in runs.items():
