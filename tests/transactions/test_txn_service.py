@@ -288,11 +288,13 @@ def test_a_transaction_whose_every_add_was_lost_fences_its_producer(tmp_path: Pa
 
 
 def fail_fsyncs_of(monkeypatch: pytest.MonkeyPatch, needle: str) -> None:
-    """From now on, fsyncs of paths containing `needle` fail with EIO."""
+    """From now on, fsyncs of paths with a component `needle` (a partition's directory)
+    fail with EIO. (A component, not a substring: pytest's base directory can be
+    "pytest-1..." too.)"""
     real = log_module._fsync_path
 
     def failing(path: str) -> None:
-        if needle in path:
+        if needle in Path(path).parts:
             raise OSError(errno.EIO, "Input/output error")
         real(path)
 
@@ -487,7 +489,7 @@ def test_a_write_that_comes_while_the_commit_waits_is_fsynced_before_prepare(
         real = log_module._fsync_path
 
         def slow(path: str) -> None:
-            if "t-1" in path:
+            if "t-1" in Path(path).parts:
                 time.sleep(0.2)
             real(path)
 
