@@ -13,9 +13,11 @@ import errno
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from weirmq.broker import txn_service
 from weirmq.broker.core import Broker
 from weirmq.broker.partition import (
     CONTROL_ABORT,
@@ -566,3 +568,90 @@ def forge_machine_restart_boot(data_dir: Path) -> None:
     """Record another boot's id, so that the unclean stop just made looks like a
     machine's crash."""
     (data_dir / BOOT_ID_FILE).write_text("a-boot-before-this-one\n")
+
+
+def test_ends_the_broker_decides_run_at_most_max_completing_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a machine's crash every id is fenced at once. Their ends (markers, then
+    COMPLETE_ABORT) run at most MAX_COMPLETING at a time; the rest wait in PREPARE_ABORT
+    and start as running ones finish, with no tick needed, until all are complete."""
+    monkeypatch.setattr(txn_service, "MAX_COMPLETING", 2)
+    clock = ManualClock()
+    ids = [f"id-{n}" for n in range(7)]
+
+    async def before() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        for txn_id in ids:
+            code, pid, epoch = await broker.txns.init_producer_id(txn_id, TIMEOUT_MS, -1, -1)
+            assert code is ErrorCode.none
+            assert await broker.txns.add_partitions(txn_id, pid, epoch, TPS) is ErrorCode.none
+        broker.close()
+        (tmp_path / CLEAN_SHUTDOWN_FILE).unlink()  # as if killed
+        forge_machine_restart_boot(tmp_path)
+
+    async def after() -> None:
+        broker = open_broker(tmp_path, clock)
+        service = broker.txns
+        assert all(service.describe(i).state is TxnState.PREPARE_ABORT for i in ids)  # type: ignore[union-attr]
+        running: list[int] = []
+        begin = service._begin_completion
+
+        def counted(prepared: TxnMetadata) -> Any:
+            started = begin(prepared)
+            running.append(len(service._completing))
+            return started
+
+        monkeypatch.setattr(service, "_begin_completion", counted)
+        service.tick()
+        assert len(service._completing) == 2 and service._backlog
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while any(service.describe(i).state is not TxnState.COMPLETE_ABORT for i in ids):  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, [service.describe(i) for i in ids]
+            await asyncio.sleep(0.001)
+        await completions(broker)  # the last ones log COMPLETE_ABORT, then fsync it
+        assert len(running) == len(ids) and max(running) == 2
+        assert not service._backlog and not service._completing
+        for tp in TPS:
+            partition = broker.partitions[tp]
+            assert partition.last_stable_offset == partition.high_watermark
+        broker.close()
+
+    asyncio.run(before())
+    asyncio.run(after())
+
+
+def test_fences_past_max_completing_wait_in_prepare_abort_and_complete_in_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fences decided while running (lost writes, a retried doomed fence) log their abort
+    at once, but start its end only while there is room; the others follow."""
+    monkeypatch.setattr(txn_service, "MAX_COMPLETING", 1)
+    clock = ManualClock()
+    ids = ["a", "b", "c"]
+
+    async def scenario() -> None:
+        broker = open_broker(tmp_path, clock)
+        broker.create_topic("t", 2)
+        service = broker.txns
+        epochs = {}
+        for txn_id in ids:
+            code, pid, epoch = await service.init_producer_id(txn_id, TIMEOUT_MS, -1, -1)
+            assert code is ErrorCode.none
+            assert await service.add_partitions(txn_id, pid, epoch, TPS) is ErrorCode.none
+            epochs[txn_id] = (pid, epoch)
+        for txn_id in ids:
+            assert service._fence(txn_id, set(), "a test")
+        assert len(service._completing) == 1 and service._backlog
+        states = {i: service.describe(i).state for i in ids}  # type: ignore[union-attr]
+        assert sorted(s.name for s in states.values()) == ["PREPARE_ABORT"] * 3
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while any(service.describe(i).state is not TxnState.COMPLETE_ABORT for i in ids):  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, [service.describe(i) for i in ids]
+            await asyncio.sleep(0.001)
+        for txn_id, (pid, epoch) in epochs.items():
+            assert await service.end_txn(txn_id, pid, epoch, True) is ErrorCode.producer_fenced
+        broker.close()
+
+    asyncio.run(scenario())

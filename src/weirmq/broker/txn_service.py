@@ -72,8 +72,12 @@ decisions out, in the order that makes a crash in any phase recoverable:
   batch, so a write of a producer that was fenced, or outside an open transaction that
   added the partition, is refused instead of hanging open forever.
 
-At most `MAX_COMPLETING` ends run at once; an EndTxn past that gets
-CONCURRENT_TRANSACTIONS (retriable) rather than queueing without bound.
+At most `MAX_COMPLETING` ends run at once. An EndTxn or InitProducerId that would start
+one past that gets CONCURRENT_TRANSACTIONS (retriable) rather than queueing without bound;
+an end the broker decides itself (a fence, a timeout, one found in PREPARE_* after a
+restart) is logged and left in PREPARE_*, its *backlog* started as running ends finish
+(`_start_backlog`), so a burst (every id fenced after a machine's crash) runs at most
+`MAX_COMPLETING` at a time.
 """
 
 from __future__ import annotations
@@ -147,6 +151,12 @@ class TransactionService:
         """Ids whose open transaction lost writes to a failed fsync and could not be fenced
         yet (the log refused the fence): producer id, epoch and the partitions. Their commit
         is refused; the timer retries the fence. At most one per id."""
+        self._backlog = False
+        """Whether ends were left in PREPARE_* for want of room (`MAX_COMPLETING`), to be
+        started as running ones finish (`_start_backlog`)."""
+        self._failed: set[str] = set()
+        """Ids whose end failed since the last tick: only the timer tries them again, so a
+        failing disk does not spin the backlog. At most one entry per id."""
         self._timer: Timer | None = None
         self._started = False
         """Whether the first tick (at once after the start) was scheduled."""
@@ -372,7 +382,8 @@ class TransactionService:
             transactional_id, timeout_ms, expected_pid, expected_epoch, now
         )
         if result.abort is not None:
-            self._start_completion(result.abort)  # the client asks again
+            if len(self._completing) < MAX_COMPLETING:  # else nothing is logged: it asks again
+                self._start_completion(result.abort)  # the client asks again
             return result.error, -1, -1
         if result.error is not ErrorCode.none:
             return result.error, -1, -1
@@ -535,7 +546,7 @@ class TransactionService:
             fence.producer_epoch,
         )
         if _running_loop():
-            self._start_completion(fence)
+            self._complete_soon(fence)
         return True
 
     async def _answer(self, outcome: Outcome) -> ErrorCode:
@@ -613,8 +624,41 @@ class TransactionService:
                 self._doomed.pop(txn_id, None)  # an abort is what a doomed id needed
         task = loop.create_task(self._complete(prepared, on_prepared))
         self._completing[txn_id] = task
-        task.add_done_callback(lambda _t: self._completing.pop(txn_id, None))
+        task.add_done_callback(lambda done: self._completed(txn_id, done))
         return task, on_prepared
+
+    def _completed(self, txn_id: str, task: asyncio.Future[ErrorCode]) -> None:
+        self._completing.pop(txn_id, None)
+        if task.cancelled() or task.exception() is not None or task.result() is not (
+            ErrorCode.none
+        ):
+            self._failed.add(txn_id)  # left in PREPARE_*: the timer tries it again
+        # Refilled in bulk, from half empty: each pass walks every id (`_start_backlog`).
+        if self._backlog and len(self._completing) <= MAX_COMPLETING // 2:
+            asyncio.get_running_loop().call_soon(self._start_backlog)
+
+    def _complete_soon(self, prepared: TxnMetadata) -> None:
+        """Complete `prepared`, logged already, now if there is room, else from the backlog."""
+        if len(self._completing) < MAX_COMPLETING:
+            self._start_completion(prepared)
+        else:
+            self._backlog = True
+
+    def _start_backlog(self) -> None:
+        """Start the ends left in PREPARE_* (after a restart, or for want of room), up to
+        `MAX_COMPLETING` running, but not one that failed since the last tick; the backlog
+        is kept while any is left."""
+        coordinator = self.coordinator
+        self._backlog = False
+        for txn_id, meta in list(coordinator.txns.items()):
+            if meta.state not in _PREPARING or txn_id in self._completing:
+                continue
+            if txn_id in self._failed:
+                continue
+            if len(self._completing) >= MAX_COMPLETING:
+                self._backlog = True
+                return
+            self._start_completion(meta)
 
     async def _complete(
         self, prepared: TxnMetadata, on_prepared: asyncio.Future[ErrorCode]
@@ -704,10 +748,8 @@ class TransactionService:
         """Abort timed-out transactions, expire idle ids, finish interrupted ends."""
         now = self._broker.clock()
         coordinator = self.coordinator
-        for meta in coordinator.pending_completions():
-            if meta.transactional_id not in self._completing:
-                current = coordinator.txns[meta.transactional_id]
-                self._start_completion(current)
+        self._failed.clear()  # their turn again
+        self._start_backlog()
         for txn_id, (producer_id, epoch, tps) in list(self._doomed.items()):
             doomed = coordinator.txns.get(txn_id)
             if (
