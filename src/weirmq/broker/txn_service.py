@@ -629,9 +629,13 @@ class TransactionService:
 
     def _completed(self, txn_id: str, task: asyncio.Future[ErrorCode]) -> None:
         self._completing.pop(txn_id, None)
-        if task.cancelled() or task.exception() is not None or task.result() is not (
-            ErrorCode.none
-        ):
+        failed = task.cancelled()
+        if not failed:
+            error = task.exception()  # retrieved here, so logged here
+            if error is not None:
+                log.error("transaction %r: its end failed", txn_id, exc_info=error)
+            failed = error is not None or task.result() is not ErrorCode.none
+        if failed:
             self._failed.add(txn_id)  # left in PREPARE_*: the timer tries it again
         # Refilled in bulk, from half empty: each pass walks every id (`_start_backlog`).
         if self._backlog and len(self._completing) <= MAX_COMPLETING // 2:
