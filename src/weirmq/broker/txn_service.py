@@ -154,6 +154,9 @@ class TransactionService:
         self._backlog = False
         """Whether ends were left in PREPARE_* for want of room (`MAX_COMPLETING`), to be
         started as running ones finish (`_start_backlog`)."""
+        self._refill_scheduled = False
+        """Whether a `_start_backlog` pass is due on the loop: one for however many ends
+        finish meanwhile."""
         self._failed: set[str] = set()
         """Ids whose end failed since the last tick: only the timer tries them again, so a
         failing disk does not spin the backlog. At most one entry per id."""
@@ -638,7 +641,12 @@ class TransactionService:
         if failed:
             self._failed.add(txn_id)  # left in PREPARE_*: the timer tries it again
         # Refilled in bulk, from half empty: each pass walks every id (`_start_backlog`).
-        if self._backlog and len(self._completing) <= MAX_COMPLETING // 2:
+        if (
+            self._backlog
+            and not self._refill_scheduled
+            and len(self._completing) <= MAX_COMPLETING // 2
+        ):
+            self._refill_scheduled = True
             asyncio.get_running_loop().call_soon(self._start_backlog)
 
     def _complete_soon(self, prepared: TxnMetadata) -> None:
@@ -653,7 +661,7 @@ class TransactionService:
         `MAX_COMPLETING` running, but not one that failed since the last tick; the backlog
         is kept while any is left."""
         coordinator = self.coordinator
-        self._backlog = False
+        self._backlog = self._refill_scheduled = False
         for txn_id, meta in list(coordinator.txns.items()):
             if meta.state not in _PREPARING or txn_id in self._completing:
                 continue
