@@ -60,36 +60,32 @@ def on_delivery(err, msg):
     if err is None:
         delivered[0] += 1
 now = time.monotonic
+def send():
+    while True:
+        try:
+            producer.produce("timeline", value, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.001)
 if idempotent == "1":
     began = now()
     for sent in range(per * count):
-        while True:
-            try:
-                producer.produce("timeline", value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.001)
+        send()
         if sent % 1024 == 0:
             producer.poll(0)
     producer.flush(60)
     steps.append((began, began, now()))
-    count = 0  # no transactions
 else:
     producer.init_transactions(30)
-for _ in range(count):
-    began = now()
-    producer.begin_transaction()
-    for _ in range(per):
-        while True:
-            try:
-                producer.produce("timeline", value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.001)
-    produced = now()
-    producer.commit_transaction(30)
-    steps.append((began, produced, now()))
-assert delivered[0] == per * int(sys.argv[2]), delivered[0]
+    for _ in range(count):
+        began = now()
+        producer.begin_transaction()
+        for _ in range(per):
+            send()
+        produced = now()
+        producer.commit_transaction(30)
+        steps.append((began, produced, now()))
+assert delivered[0] == per * count, delivered[0]
 json.dump(steps, open(out, "w"))
 """
 
